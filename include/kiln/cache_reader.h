@@ -1,0 +1,99 @@
+// CacheReader: random access to the records of a finished cache.
+//
+// Open() reads manifest.json and opens every shard read-only
+// (MDB_RDONLY|MDB_NOTLS|MDB_NORDAHEAD; without a lock file on a read-only
+// filesystem). Records are read through a ReadTxn, which hands out views
+// that point straight into the shard's memory map: no copy is made.
+//
+// Thread-safety: a CacheReader is immutable after Open and may be shared by
+// any number of threads. A ReadTxn belongs to one thread at a time; give
+// each thread its own.
+#ifndef KILN_CACHE_READER_H_
+#define KILN_CACHE_READER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/manifest.h"
+#include "kiln/record.h"
+#include "kiln/status.h"
+
+namespace kiln {
+
+struct ReaderOptions {
+  unsigned max_readers = 512;  // concurrent ReadTxns per shard
+};
+
+// One record as stored. `data` points into the memory map and stays valid
+// only until the ReadTxn that produced it is reset or destroyed.
+struct RecordView {
+  uint64_t index = 0;
+  const uint8_t* data = nullptr;  // the payload (64-byte header excluded)
+  uint64_t bytes = 0;
+  DType dtype = DType::kUint8;
+  Shape shape;
+  int64_t label = -1;
+  uint64_t checksum = 0;  // as stored
+};
+
+class CacheReader;
+
+// A read snapshot over all shards of one cache. Transactions are begun
+// lazily per shard on first access.
+class ReadTxn {
+ public:
+  ~ReadTxn();
+  ReadTxn(const ReadTxn&) = delete;
+  ReadTxn& operator=(const ReadTxn&) = delete;
+
+  // Looks up record `index`, checks its header against the manifest (dtype,
+  // shape, label within the classes) and, if `verify_checksum`, its
+  // checksum. Returns NotFound for an index past the end, Corruption naming
+  // the shard and index otherwise. `out` is valid until Reset().
+  Status Get(uint64_t index, RecordView* out, bool verify_checksum = false);
+
+  // Releases the snapshots (invalidating every view) but keeps the handles
+  // for cheap reuse by the next Get.
+  void Reset();
+
+ private:
+  friend class CacheReader;
+  explicit ReadTxn(const CacheReader* reader);
+  struct Shard;
+  const CacheReader* reader_;
+  std::vector<std::unique_ptr<Shard>> shards_;
+};
+
+class CacheReader {
+ public:
+  // Opens the cache in DIR. Returns NotFound if DIR does not exist,
+  // Corruption for an incomplete cache (no manifest), a bad manifest, a
+  // missing shard, a shard whose size differs from the manifest (truncated
+  // or grown) or whose record count differs.
+  static Status Open(const std::string& dir, const ReaderOptions& options,
+                     std::unique_ptr<CacheReader>* out);
+  ~CacheReader();
+
+  const Manifest& manifest() const { return manifest_; }
+  const std::string& dir() const { return dir_; }
+  uint64_t size() const { return manifest_.count; }
+  uint64_t record_bytes() const { return manifest_.shape.NumElements() * DTypeSize(manifest_.dtype); }
+
+  // A new transaction for the calling thread.
+  std::unique_ptr<ReadTxn> BeginRead() const;
+
+  class ShardEnv;  // internal
+  const ShardEnv& shard_env(int i) const { return *envs_[i]; }
+
+ private:
+  CacheReader() = default;
+  std::string dir_;
+  Manifest manifest_;
+  std::vector<std::unique_ptr<ShardEnv>> envs_;
+};
+
+}  // namespace kiln
+
+#endif  // KILN_CACHE_READER_H_

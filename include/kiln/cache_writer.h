@@ -1,0 +1,79 @@
+// CacheWriter: appends records to a cache directory, shard by shard.
+//
+// Records are appended in index order, committed in large transactions, and
+// the map grows on MDB_MAP_FULL instead of failing. When a shard's record
+// bytes reach `shard_size` the next record starts a new shard. Finish()
+// syncs every shard once and then writes manifest.json (temp + rename): until
+// then the directory is an incomplete cache.
+//
+// Crash safety: everything committed survives a crash (the shards are synced
+// at each commit only when `sync_commits` is set; otherwise at Finish). Open
+// with `resume` continues after the last committed record.
+//
+// Thread-safety: a CacheWriter is used from one thread at a time. Two
+// writers on one directory are refused: Open takes an exclusive lock on
+// DIR/.kiln.lock for the writer's lifetime.
+#ifndef KILN_CACHE_WRITER_H_
+#define KILN_CACHE_WRITER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "kiln/manifest.h"
+#include "kiln/record.h"
+#include "kiln/status.h"
+
+namespace kiln {
+
+struct WriterOptions {
+  DType dtype = DType::kFloat16;    // of every record
+  Shape shape;                      // of every record; REQUIRED (ndim >= 1)
+  uint64_t shard_size = 4ull << 30; // record bytes per shard before rollover; default 4 GiB
+  uint64_t initial_map_size = 0;    // LMDB map of a new shard; 0 = shard_size + 25% + 64 MiB
+  uint64_t commit_bytes = 64ull << 20;  // commit a transaction after this many record bytes
+  bool resume = false;              // continue after the committed records already in DIR
+  bool sync_commits = false;        // fsync every commit (slower; survives power loss)
+};
+
+class CacheWriter {
+ public:
+  // Opens DIR (created if absent) for writing. Removes DIR/manifest.json
+  // first, so the cache never looks complete while it is being written.
+  // Without `resume`, DIR must hold no shard (InvalidArgument otherwise).
+  // With `resume`, the existing shards are checked (contiguous keys, sane
+  // headers, dtype/shape as in options) and writing continues after them.
+  // Returns IOError ("in use") when another writer holds DIR's lock.
+  static Status Open(const WriterOptions& options, const std::string& dir,
+                     std::unique_ptr<CacheWriter>* out);
+  ~CacheWriter();  // commits nothing further; committed records stay
+
+  // The index the next Append must use (0 for a new cache).
+  uint64_t next_index() const;
+
+  // Appends one record. REQUIRES: index == next_index(); payload holds
+  // shape x dtype bytes. The payload is copied before Append returns.
+  Status Append(uint64_t index, int64_t label, const void* payload);
+
+  // Commits what is pending (the records become durable once synced).
+  Status Commit();
+
+  // Commits, syncs and trims every shard, then writes DIR/manifest.json from
+  // `meta` (its classes and preprocessing_json are kept; count, shards,
+  // dtype, shape and versions are filled in here). `meta` receives the
+  // manifest written. The writer cannot be used afterwards.
+  Status Finish(Manifest* meta);
+
+  class Impl;
+
+ private:
+  explicit CacheWriter(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// The name of shard number `i` ("shard-00000.mdb").
+std::string ShardFileName(int i);
+
+}  // namespace kiln
+
+#endif  // KILN_CACHE_WRITER_H_

@@ -1,0 +1,62 @@
+// The manifest: what a cache holds and exactly how it was made.
+//
+// `manifest.json` is written last, through a temporary file and a rename, so
+// a directory without it is an incomplete cache whatever its shards hold.
+// docs/format.md describes every field.
+#ifndef KILN_MANIFEST_H_
+#define KILN_MANIFEST_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kiln/record.h"
+#include "kiln/status.h"
+
+namespace kiln {
+
+struct ShardInfo {
+  std::string file;       // file name inside the cache directory
+  uint64_t first = 0;     // global index of the shard's first record
+  uint64_t count = 0;     // number of records; keys are first..first+count-1
+  uint64_t bytes = 0;     // size of the shard file in bytes
+  std::string digest;     // 16 hex digits: XXH3-64 over the record checksums in key order
+};
+
+struct Manifest {
+  int format_version = kFormatVersion;
+  std::string kiln_version;
+  uint64_t count = 0;                 // total records, = sum of shard counts
+  DType dtype = DType::kFloat16;      // of every record
+  Shape shape;                        // of every record
+  std::vector<std::string> classes;   // label i names classes[i]; may be empty
+  std::vector<ShardInfo> shards;      // in index order, contiguous
+  // A JSON object (as text) recording the preprocessing that produced the
+  // tensors; "{}" when the writer recorded none.
+  std::string preprocessing_json = "{}";
+
+  // Returns the shard holding `index`, or -1. O(log shards).
+  int ShardFor(uint64_t index) const;
+};
+
+// Serializes to pretty-printed JSON text.
+std::string ManifestToJson(const Manifest& m);
+// Parses and checks structure: format version, dtype, shape, shards
+// contiguous from 0 and summing to count. Returns Corruption naming `where`.
+Status ManifestFromJson(const std::string& text, const std::string& where, Manifest* out);
+
+// Reads DIR/manifest.json. Returns NotFound when DIR does not exist,
+// Corruption("incomplete cache ...") when DIR exists without a manifest.
+Status ReadManifest(const std::string& dir, Manifest* out);
+// Writes DIR/manifest.json atomically (temp file, fsync, rename, fsync dir).
+Status WriteManifest(const std::string& dir, const Manifest& m);
+
+// Hex form of a 64-bit digest (16 lowercase digits).
+std::string DigestHex(uint64_t digest);
+
+// This build of kiln's version string.
+const char* KilnVersion();
+
+}  // namespace kiln
+
+#endif  // KILN_MANIFEST_H_

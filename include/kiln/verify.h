@@ -1,0 +1,65 @@
+// VerifyCache: proves that a cache is intact and complete.
+//
+// Levels (each includes the ones before):
+//   quick - manifest parses and has this kiln's format version; every shard
+//           listed is present with the recorded size and record count; no
+//           unexpected shard file; keys contiguous; every header sane (magic,
+//           version, dtype, payload length = shape x dtype size, label within
+//           the classes).
+//   full  - every record's checksum recomputed (in parallel, straight from
+//           the memory map), per-shard digests compared with the manifest,
+//           float payloads free of NaN and Inf.
+// The source-file levels (`sources`, `deep`) need kiln::build and are run by
+// it on top of this report.
+//
+// Thread-safety: VerifyCache may run concurrently on different caches.
+#ifndef KILN_VERIFY_H_
+#define KILN_VERIFY_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kiln/status.h"
+
+namespace kiln {
+
+enum class VerifyLevel { kQuick = 0, kFull = 1, kSources = 2, kDeep = 3 };
+const char* VerifyLevelName(VerifyLevel level);
+Status ParseVerifyLevel(const std::string& name, VerifyLevel* out);
+
+struct VerifyOptions {
+  VerifyLevel level = VerifyLevel::kFull;
+  int threads = 0;  // worker threads for the checksum pass; 0 = all cores
+};
+
+// One thing found wrong. `index` is -1 when the problem is not one record's.
+struct VerifyProblem {
+  int64_t index = -1;
+  std::string shard;   // shard file name, "" when not known
+  std::string source;  // source file of the record, when known
+  std::string what;    // a sentence saying what is wrong
+};
+
+struct VerifyReport {
+  VerifyLevel level = VerifyLevel::kFull;
+  uint64_t records_checked = 0;
+  uint64_t bytes_checked = 0;    // payload + header bytes whose checksums were recomputed
+  uint64_t shard_bytes = 0;      // size of all shard files
+  double seconds = 0;
+  std::vector<VerifyProblem> problems;
+  bool clean() const { return problems.empty(); }
+};
+
+// Verifies the cache in DIR at options.level (quick or full; higher levels
+// are treated as full here). Damage goes into `report`: the Status is OK
+// whenever the check itself could run. Returns NotFound when DIR does not
+// exist and IOError when it cannot be read.
+Status VerifyCache(const std::string& dir, const VerifyOptions& options, VerifyReport* report);
+
+// The report as one JSON document (problems in index order).
+std::string VerifyReportToJson(const std::string& dir, const VerifyReport& report);
+
+}  // namespace kiln
+
+#endif  // KILN_VERIFY_H_

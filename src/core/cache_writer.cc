@@ -1,0 +1,307 @@
+#include "kiln/cache_writer.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "core/file_util.h"
+#include "core/lmdb_env.h"
+
+namespace kiln {
+
+std::string ShardFileName(int i) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%s%05d%s", kShardPrefix, i, kShardSuffix);
+  return buf;
+}
+
+namespace {
+inline constexpr const char* kLockName = ".kiln.lock";
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+}  // namespace
+
+class CacheWriter::Impl {
+ public:
+  Impl(WriterOptions o, std::string dir) : opt_(std::move(o)), dir_(std::move(dir)) {
+    record_bytes_ = opt_.shape.NumElements() * DTypeSize(opt_.dtype);
+    pending_.reserve(opt_.commit_bytes + kRecordHeaderSize + record_bytes_);
+  }
+  ~Impl() {
+    env_.Close();
+    if (lock_fd_ >= 0) ::close(lock_fd_);
+  }
+
+  Status Init() {
+    KILN_RETURN_IF_ERROR(MakeDirs(dir_));
+    const std::string lock_path = dir_ + "/" + kLockName;
+    lock_fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (lock_fd_ < 0) return PosixError(lock_path, errno);
+    if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0)
+      return Status::IOError(dir_ + ": in use by another kiln build (" + lock_path +
+                             " is locked); wait for it to finish");
+    // The cache must not look complete while it changes.
+    const std::string manifest = dir_ + "/" + kManifestName;
+    if (Exists(manifest) && ::unlink(manifest.c_str()) != 0) return PosixError(manifest, errno);
+    if (!opt_.resume) {
+      if (Exists(dir_ + "/" + ShardFileName(0)))
+        return Status::InvalidArgument(dir_ + ": already holds shards; remove it or resume");
+      return OpenShard(0, /*fresh=*/true);
+    }
+    return ScanExisting();
+  }
+
+  // Re-reads the committed shards to find where to continue and to rebuild
+  // the running shard digests.
+  Status ScanExisting() {
+    int i = 0;
+    while (Exists(dir_ + "/" + ShardFileName(i + 1))) ++i;
+    for (int s = 0; s <= i; ++s) {
+      const std::string path = dir_ + "/" + ShardFileName(s);
+      if (!Exists(path)) {
+        if (s == 0) return OpenShard(0, true);
+        return Status::Corruption(path + ": missing while later shards exist");
+      }
+      KILN_RETURN_IF_ERROR(env_.OpenForWrite(path, MapSizeFor(path)));
+      ShardInfo info;
+      info.file = ShardFileName(s);
+      info.first = next_;
+      XXH3_state_t digest;
+      XXH3_64bits_reset(&digest);
+      LmdbTxn txn;
+      KILN_RETURN_IF_ERROR(txn.Begin(env_, true));
+      MDB_cursor* cur = nullptr;
+      KILN_RETURN_IF_ERROR(LmdbStatus(mdb_cursor_open(txn.get(), env_.dbi(), &cur), path));
+      MDB_val k, v;
+      int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
+      Status st;
+      while (rc == MDB_SUCCESS && st.ok()) {
+        const uint64_t idx = k.mv_size == kKeySize ? DecodeKey(static_cast<uint8_t*>(k.mv_data)) : ~0ull;
+        RecordHeader h;
+        if (idx != next_) {
+          st = Status::Corruption(path + ": expected record " + std::to_string(next_) +
+                                  ", found key " + std::to_string(idx) + "; cannot resume");
+        } else {
+          st = DecodeRecordHeader(idx, static_cast<uint8_t*>(v.mv_data), v.mv_size, &h)
+                   .WithContext(path);
+          if (st.ok() && (h.dtype != opt_.dtype || h.shape != opt_.shape))
+            st = Status::InvalidArgument(path + ": holds " + DTypeName(h.dtype) + " " +
+                                         h.shape.ToString() + " records, this build writes " +
+                                         DTypeName(opt_.dtype) + " " + opt_.shape.ToString());
+        }
+        if (st.ok()) {
+          XXH3_64bits_update(&digest, &h.checksum, sizeof(h.checksum));
+          ++next_;
+          ++info.count;
+          rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+        }
+      }
+      mdb_cursor_close(cur);
+      KILN_RETURN_IF_ERROR(st);
+      if (rc != MDB_NOTFOUND) return LmdbStatus(rc, path);
+      txn.Abort();
+      if (s < i) {
+        info.digest = DigestHex(XXH3_64bits_digest(&digest));
+        KILN_RETURN_IF_ERROR(FinishShardFile(&info));
+        done_.push_back(info);
+      } else {
+        cur_ = info;
+        digest_ = digest;
+        shard_index_ = s;
+        shard_bytes_ = info.count * record_bytes_;
+      }
+    }
+    return Status::OK();
+  }
+
+  uint64_t MapSizeFor(const std::string& path) {
+    uint64_t size = 0;
+    (void)FileSize(path, &size);
+    uint64_t base = opt_.initial_map_size ? opt_.initial_map_size
+                                          : opt_.shard_size + opt_.shard_size / 4 + (64ull << 20);
+    return std::max<uint64_t>(base, size + size / 2 + (1ull << 20));
+  }
+
+  Status OpenShard(int i, bool fresh) {
+    shard_index_ = i;
+    const std::string path = dir_ + "/" + ShardFileName(i);
+    if (fresh) {
+      ::unlink(path.c_str());
+      ::unlink((path + "-lock").c_str());
+    }
+    KILN_RETURN_IF_ERROR(env_.OpenForWrite(path, MapSizeFor(path)));
+    cur_ = ShardInfo();
+    cur_.file = ShardFileName(i);
+    cur_.first = next_;
+    XXH3_64bits_reset(&digest_);
+    shard_bytes_ = 0;
+    return Status::OK();
+  }
+
+  Status Append(uint64_t index, int64_t label, const void* payload) {
+    if (index != next_)
+      return Status::InvalidArgument("record " + std::to_string(index) +
+                                     " appended out of order; expected " + std::to_string(next_));
+    if (shard_bytes_ > 0 && shard_bytes_ + record_bytes_ > opt_.shard_size) {
+      KILN_RETURN_IF_ERROR(RollOver());
+    }
+    // The record is kept in pending_ so that a batch killed by MDB_MAP_FULL
+    // can be redone after the map grows.
+    const size_t off = pending_.size();
+    pending_.resize(off + kRecordHeaderSize + record_bytes_);
+    uint8_t* h = pending_.data() + off;
+    std::memcpy(h + kRecordHeaderSize, payload, record_bytes_);
+    EncodeRecordHeader(index, opt_.dtype, opt_.shape, label, h + kRecordHeaderSize, h);
+    pending_first_ = pending_count_ == 0 ? index : pending_first_;
+    ++pending_count_;
+    ++next_;
+    shard_bytes_ += record_bytes_;
+    if (pending_.size() >= opt_.commit_bytes) return Commit();
+    return Status::OK();
+  }
+
+  Status Commit() {
+    if (pending_count_ == 0) return Status::OK();
+    const size_t stride = kRecordHeaderSize + record_bytes_;
+    for (;;) {
+      LmdbTxn txn;
+      KILN_RETURN_IF_ERROR(txn.Begin(env_, false));
+      int rc = MDB_SUCCESS;
+      for (uint64_t r = 0; r < pending_count_ && rc == MDB_SUCCESS; ++r) {
+        uint8_t key[kKeySize];
+        EncodeKey(pending_first_ + r, key);
+        MDB_val k{kKeySize, key};
+        MDB_val v{stride, pending_.data() + r * stride};
+        rc = mdb_put(txn.get(), env_.dbi(), &k, &v, MDB_APPEND);
+      }
+      if (rc == MDB_SUCCESS) rc = txn.CommitRc();
+      if (rc == MDB_MAP_FULL) {
+        txn.Abort();
+        KILN_RETURN_IF_ERROR(env_.SetMapSize(env_.map_size() * 2));
+        continue;
+      }
+      if (rc == MDB_KEYEXIST)
+        return Status::InvalidArgument(env_.path() + ": record " + std::to_string(pending_first_) +
+                                       " or later already present (keys must increase)");
+      KILN_RETURN_IF_ERROR(LmdbStatus(rc, env_.path() + ": commit"));
+      break;
+    }
+    if (opt_.sync_commits) KILN_RETURN_IF_ERROR(LmdbStatus(mdb_env_sync(env_.env(), 1), env_.path()));
+    for (uint64_t r = 0; r < pending_count_; ++r) {
+      uint64_t checksum;
+      std::memcpy(&checksum, pending_.data() + r * stride + kChecksumOffset, sizeof(checksum));
+      XXH3_64bits_update(&digest_, &checksum, sizeof(checksum));
+    }
+    cur_.count += pending_count_;
+    pending_.clear();
+    pending_count_ = 0;
+    return Status::OK();
+  }
+
+  // Rewrites the shard held in env_ as a compact copy (temp file + rename)
+  // and records its size. The copy depends only on the records, not on how
+  // the writes were batched, resumed or retried, so an interrupted and
+  // resumed build ends with the same bytes as an uninterrupted one.
+  Status FinishShardFile(ShardInfo* info) {
+    const std::string path = env_.path();
+    const std::string tmp = path + ".tmp";
+    ::unlink(tmp.c_str());
+    KILN_RETURN_IF_ERROR(
+        LmdbStatus(mdb_env_copy2(env_.env(), tmp.c_str(), MDB_CP_COMPACT), path + ": compacting"));
+    env_.Close();
+    int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return PosixError(tmp, errno);
+    const int rc = ::fsync(fd);
+    ::close(fd);
+    if (rc != 0) return PosixError(tmp, errno);
+    if (::rename(tmp.c_str(), path.c_str()) != 0) return PosixError(path, errno);
+    ::unlink((path + "-lock").c_str());
+    return FileSize(path, &info->bytes);
+  }
+
+  Status CloseCurrent() {
+    KILN_RETURN_IF_ERROR(Commit());
+    cur_.digest = DigestHex(XXH3_64bits_digest(&digest_));
+    KILN_RETURN_IF_ERROR(FinishShardFile(&cur_));
+    done_.push_back(cur_);
+    return Status::OK();
+  }
+
+  Status RollOver() {
+    KILN_RETURN_IF_ERROR(CloseCurrent());
+    return OpenShard(shard_index_ + 1, /*fresh=*/true);
+  }
+
+  Status Finish(Manifest* meta) {
+    KILN_RETURN_IF_ERROR(CloseCurrent());
+    // A shard left by an earlier, longer attempt must not linger.
+    for (int i = shard_index_ + 1; Exists(dir_ + "/" + ShardFileName(i)); ++i)
+      ::unlink((dir_ + "/" + ShardFileName(i)).c_str());
+    meta->format_version = kFormatVersion;
+    meta->kiln_version = KilnVersion();
+    meta->count = next_;
+    meta->dtype = opt_.dtype;
+    meta->shape = opt_.shape;
+    meta->shards = done_;
+    return WriteManifest(dir_, *meta);
+  }
+
+  uint64_t next() const { return next_; }
+
+ private:
+  WriterOptions opt_;
+  std::string dir_;
+  int lock_fd_ = -1;
+  uint64_t record_bytes_ = 0;
+  LmdbEnv env_;
+  int shard_index_ = 0;
+  ShardInfo cur_;
+  XXH3_state_t digest_;
+  uint64_t shard_bytes_ = 0;
+  std::vector<ShardInfo> done_;
+  std::vector<uint8_t> pending_;
+  uint64_t pending_first_ = 0;
+  uint64_t pending_count_ = 0;
+  uint64_t next_ = 0;
+};
+
+CacheWriter::CacheWriter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CacheWriter::~CacheWriter() = default;
+
+Status CacheWriter::Open(const WriterOptions& options, const std::string& dir,
+                         std::unique_ptr<CacheWriter>* out) {
+  if (options.shape.ndim < 1 || options.shape.ndim > kMaxDims || options.shape.NumElements() == 0)
+    return Status::InvalidArgument("writer: record shape must have 1.." +
+                                   std::to_string(kMaxDims) + " nonzero dims");
+  if (DTypeSize(options.dtype) == 0) return Status::InvalidArgument("writer: unknown dtype");
+  if (options.shard_size == 0) return Status::InvalidArgument("writer: shard size must be > 0");
+  auto impl = std::make_unique<Impl>(options, dir);
+  KILN_RETURN_IF_ERROR(impl->Init());
+  out->reset(new CacheWriter(std::move(impl)));
+  return Status::OK();
+}
+
+uint64_t CacheWriter::next_index() const { return impl_->next(); }
+Status CacheWriter::Append(uint64_t index, int64_t label, const void* payload) {
+  return impl_->Append(index, label, payload);
+}
+Status CacheWriter::Commit() { return impl_->Commit(); }
+Status CacheWriter::Finish(Manifest* meta) {
+  if (!impl_) return Status::InvalidArgument("writer already finished");
+  Status s = impl_->Finish(meta);
+  impl_.reset();
+  return s;
+}
+
+}  // namespace kiln

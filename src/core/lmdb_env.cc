@@ -1,0 +1,118 @@
+#include "core/lmdb_env.h"
+
+#include <cerrno>
+
+namespace kiln {
+
+Status LmdbStatus(int rc, const std::string& context) {
+  if (rc == MDB_SUCCESS) return Status::OK();
+  const std::string msg = context + ": " + mdb_strerror(rc);
+  switch (rc) {
+    case MDB_NOTFOUND:
+    case ENOENT:
+      return Status::NotFound(msg);
+    case MDB_CORRUPTED:
+    case MDB_PAGE_NOTFOUND:
+    case MDB_INVALID:
+    case MDB_VERSION_MISMATCH:
+    case MDB_BAD_TXN:
+    case MDB_BAD_VALSIZE:
+      return Status::Corruption(msg);
+    default:
+      return Status::IOError(msg);
+  }
+}
+
+Status LmdbEnv::OpenDbi(bool write) {
+  LmdbTxn txn;
+  KILN_RETURN_IF_ERROR(txn.Begin(*this, !write));
+  int rc = mdb_dbi_open(txn.get(), nullptr, 0, &dbi_);
+  KILN_RETURN_IF_ERROR(LmdbStatus(rc, path_));
+  return write ? txn.Commit() : Status::OK();  // a read txn's dbi stays open after abort
+}
+
+Status LmdbEnv::OpenForWrite(const std::string& path, uint64_t map_size) {
+  Close();
+  path_ = path;
+  int rc = mdb_env_create(&env_);
+  if (rc == MDB_SUCCESS) rc = mdb_env_set_mapsize(env_, map_size);
+  if (rc == MDB_SUCCESS) rc = mdb_env_open(env_, path.c_str(), MDB_NOSUBDIR | MDB_NOSYNC | MDB_NOMETASYNC, 0644);
+  if (rc != MDB_SUCCESS) {
+    Close();
+    return LmdbStatus(rc, path);
+  }
+  MDB_envinfo info;
+  mdb_env_info(env_, &info);
+  map_size_ = info.me_mapsize;
+  return OpenDbi(/*write=*/true);
+}
+
+Status LmdbEnv::OpenForRead(const std::string& path, unsigned max_readers) {
+  Close();
+  path_ = path;
+  const unsigned base = MDB_NOSUBDIR | MDB_RDONLY | MDB_NOTLS | MDB_NORDAHEAD;
+  for (unsigned extra : {0u, static_cast<unsigned>(MDB_NOLOCK)}) {
+    int rc = mdb_env_create(&env_);
+    if (rc == MDB_SUCCESS) rc = mdb_env_set_maxreaders(env_, max_readers);
+    if (rc == MDB_SUCCESS) rc = mdb_env_open(env_, path.c_str(), base | extra, 0644);
+    if (rc == MDB_SUCCESS) {
+      MDB_envinfo info;
+      mdb_env_info(env_, &info);
+      map_size_ = info.me_mapsize;
+      return OpenDbi(/*write=*/false);
+    }
+    Close();
+    // The lock file cannot be made on a read-only filesystem: nothing can be
+    // writing there, so reading without the lock is safe.
+    if (!(extra == 0 && (rc == EACCES || rc == EROFS))) return LmdbStatus(rc, path);
+  }
+  return Status::IOError(path + ": cannot open");
+}
+
+void LmdbEnv::Close() {
+  if (env_ != nullptr) mdb_env_close(env_);
+  env_ = nullptr;
+  dbi_ = 0;
+}
+
+Status LmdbEnv::SetMapSize(uint64_t bytes) {
+  int rc = mdb_env_set_mapsize(env_, bytes);
+  if (rc == MDB_SUCCESS) map_size_ = bytes;
+  return LmdbStatus(rc, path_ + ": growing the map");
+}
+
+Status LmdbEnv::Entries(uint64_t* n) const {
+  LmdbTxn txn;
+  KILN_RETURN_IF_ERROR(txn.Begin(*this, true));
+  MDB_stat st;
+  KILN_RETURN_IF_ERROR(LmdbStatus(mdb_stat(txn.get(), dbi_, &st), path_));
+  *n = st.ms_entries;
+  return Status::OK();
+}
+
+Status LmdbTxn::Begin(const LmdbEnv& env, bool read_only) {
+  Abort();
+  ctx_ = env.path();
+  return LmdbStatus(mdb_txn_begin(env.env(), nullptr, read_only ? MDB_RDONLY : 0, &txn_), ctx_);
+}
+
+int LmdbTxn::CommitRc() {
+  int rc = mdb_txn_commit(txn_);
+  txn_ = nullptr;
+  return rc;
+}
+
+Status LmdbTxn::Commit() { return LmdbStatus(CommitRc(), ctx_ + ": commit"); }
+
+void LmdbTxn::Abort() {
+  if (txn_ != nullptr) mdb_txn_abort(txn_);
+  txn_ = nullptr;
+}
+
+void LmdbTxn::Reset() {
+  if (txn_ != nullptr) mdb_txn_reset(txn_);
+}
+
+Status LmdbTxn::Renew() { return LmdbStatus(mdb_txn_renew(txn_), ctx_); }
+
+}  // namespace kiln

@@ -1,0 +1,79 @@
+// The one wrapper around LMDB (internal header): RAII owners for an
+// environment and a transaction, and the single translator of LMDB error
+// codes into Status values.
+#ifndef KILN_SRC_CORE_LMDB_ENV_H_
+#define KILN_SRC_CORE_LMDB_ENV_H_
+
+#include <lmdb.h>
+
+#include <cstdint>
+#include <string>
+
+#include "kiln/status.h"
+
+namespace kiln {
+
+// Maps an LMDB return code to a Status whose message starts with `context`
+// (normally the shard path). MDB_SUCCESS gives OK.
+Status LmdbStatus(int rc, const std::string& context);
+
+// Owns an MDB_env opened on one shard file (MDB_NOSUBDIR).
+class LmdbEnv {
+ public:
+  LmdbEnv() = default;
+  ~LmdbEnv() { Close(); }
+  LmdbEnv(const LmdbEnv&) = delete;
+  LmdbEnv& operator=(const LmdbEnv&) = delete;
+
+  // Opens `path` for bulk writing (created if absent) with a map of
+  // `map_size` bytes.
+  Status OpenForWrite(const std::string& path, uint64_t map_size);
+  // Opens `path` read-only: MDB_RDONLY|MDB_NOTLS|MDB_NORDAHEAD, retried with
+  // MDB_NOLOCK when the lock file cannot be created (read-only filesystem).
+  Status OpenForRead(const std::string& path, unsigned max_readers);
+  void Close();
+
+  MDB_env* env() const { return env_; }
+  MDB_dbi dbi() const { return dbi_; }
+  const std::string& path() const { return path_; }
+  uint64_t map_size() const { return map_size_; }
+  // REQUIRES: no transaction active in this process on this env.
+  Status SetMapSize(uint64_t bytes);
+  // Number of records in the database.
+  Status Entries(uint64_t* n) const;
+
+ private:
+  Status OpenDbi(bool write);
+  MDB_env* env_ = nullptr;
+  MDB_dbi dbi_ = 0;
+  uint64_t map_size_ = 0;
+  std::string path_;
+};
+
+// Owns an MDB_txn; aborts it on destruction unless committed.
+class LmdbTxn {
+ public:
+  LmdbTxn() = default;
+  ~LmdbTxn() { Abort(); }
+  LmdbTxn(const LmdbTxn&) = delete;
+  LmdbTxn& operator=(const LmdbTxn&) = delete;
+  LmdbTxn(LmdbTxn&& o) noexcept : txn_(o.txn_), ctx_(std::move(o.ctx_)) { o.txn_ = nullptr; }
+
+  Status Begin(const LmdbEnv& env, bool read_only);
+  Status Commit();
+  // Commits and returns LMDB's code (MDB_MAP_FULL means: grow and redo).
+  int CommitRc();
+  void Abort();
+  // Read transactions: release the snapshot but keep the handle for Renew.
+  void Reset();
+  Status Renew();
+  MDB_txn* get() const { return txn_; }
+
+ private:
+  MDB_txn* txn_ = nullptr;
+  std::string ctx_;
+};
+
+}  // namespace kiln
+
+#endif  // KILN_SRC_CORE_LMDB_ENV_H_

@@ -1,0 +1,140 @@
+#include "kiln/manifest.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/file_util.h"
+
+#ifndef KILN_VERSION_STRING
+#define KILN_VERSION_STRING "0.0.0"
+#endif
+
+namespace kiln {
+
+using nlohmann::json;
+
+const char* KilnVersion() { return KILN_VERSION_STRING; }
+
+std::string DigestHex(uint64_t digest) {
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016" PRIx64, digest);
+  return buf;
+}
+
+int Manifest::ShardFor(uint64_t index) const {
+  if (index >= count) return -1;
+  auto it = std::upper_bound(shards.begin(), shards.end(), index,
+                             [](uint64_t i, const ShardInfo& s) { return i < s.first; });
+  if (it == shards.begin()) return -1;
+  const int s = static_cast<int>(it - shards.begin()) - 1;
+  return index < shards[s].first + shards[s].count ? s : -1;
+}
+
+std::string ManifestToJson(const Manifest& m) {
+  json j;
+  j["format"] = "kiln-cache";
+  j["format_version"] = m.format_version;
+  j["kiln_version"] = m.kiln_version;
+  j["count"] = m.count;
+  std::vector<uint32_t> dims(m.shape.dims.begin(), m.shape.dims.begin() + m.shape.ndim);
+  j["sample"] = {{"dtype", DTypeName(m.dtype)}, {"shape", dims}};
+  j["classes"] = m.classes;
+  json shards = json::array();
+  for (const ShardInfo& s : m.shards)
+    shards.push_back({{"file", s.file}, {"first", s.first}, {"count", s.count},
+                      {"bytes", s.bytes}, {"digest", s.digest}});
+  j["shards"] = shards;
+  json pre = json::parse(m.preprocessing_json, nullptr, /*allow_exceptions=*/false);
+  j["preprocessing"] = pre.is_object() ? pre : json::object();
+  return j.dump(2) + "\n";
+}
+
+Status ManifestFromJson(const std::string& text, const std::string& where, Manifest* out) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object())
+    return Status::Corruption(where + ": not valid JSON; rebuild the cache with kiln build");
+  try {
+    if (j.value("format", std::string()) != "kiln-cache")
+      return Status::Corruption(where + ": \"format\" is not \"kiln-cache\"");
+    Manifest m;
+    m.format_version = j.at("format_version").get<int>();
+    if (m.format_version != kFormatVersion)
+      return Status::Corruption(where + ": format version " + std::to_string(m.format_version) +
+                                ", this kiln reads version " + std::to_string(kFormatVersion));
+    m.kiln_version = j.value("kiln_version", std::string());
+    m.count = j.at("count").get<uint64_t>();
+    const json& sample = j.at("sample");
+    KILN_RETURN_IF_ERROR(ParseDType(sample.at("dtype").get<std::string>(), &m.dtype)
+                             .WithContext(where));
+    const auto dims = sample.at("shape").get<std::vector<int64_t>>();
+    if (dims.empty() || dims.size() > static_cast<size_t>(kMaxDims))
+      return Status::Corruption(where + ": sample shape must have 1.." + std::to_string(kMaxDims) +
+                                " dims");
+    m.shape.ndim = static_cast<int>(dims.size());
+    for (size_t i = 0; i < dims.size(); ++i) {
+      if (dims[i] <= 0 || dims[i] > UINT32_MAX)
+        return Status::Corruption(where + ": bad sample shape dimension");
+      m.shape.dims[i] = static_cast<uint32_t>(dims[i]);
+    }
+    m.classes = j.value("classes", std::vector<std::string>());
+    uint64_t next = 0;
+    for (const json& s : j.at("shards")) {
+      ShardInfo si;
+      si.file = s.at("file").get<std::string>();
+      si.first = s.at("first").get<uint64_t>();
+      si.count = s.at("count").get<uint64_t>();
+      si.bytes = s.at("bytes").get<uint64_t>();
+      si.digest = s.at("digest").get<std::string>();
+      if (si.file.empty() || si.file.find('/') != std::string::npos || si.file[0] == '.')
+        return Status::Corruption(where + ": shard file name '" + si.file +
+                                  "' must be a plain file name inside the cache");
+      if (si.first != next)
+        return Status::Corruption(where + ": shard " + si.file + " starts at " +
+                                  std::to_string(si.first) + ", expected " + std::to_string(next) +
+                                  " (shards must be contiguous)");
+      next += si.count;
+      m.shards.push_back(std::move(si));
+    }
+    if (next != m.count)
+      return Status::Corruption(where + ": shards hold " + std::to_string(next) +
+                                " records but \"count\" says " + std::to_string(m.count));
+    if (j.contains("preprocessing") && j["preprocessing"].is_object())
+      m.preprocessing_json = j["preprocessing"].dump();
+    *out = std::move(m);
+  } catch (const json::exception& e) {
+    return Status::Corruption(where + ": missing or mistyped field (" + e.what() + ")");
+  }
+  return Status::OK();
+}
+
+Status ReadManifest(const std::string& dir, Manifest* out) {
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0)
+    return Status::NotFound(dir + ": no such cache directory");
+  if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument(dir + ": not a directory");
+  const std::string path = dir + "/" + kManifestName;
+  std::string text;
+  Status s = ReadWholeFile(path, &text);
+  if (s.IsNotFound())
+    return Status::Corruption(dir + ": incomplete cache (no " + std::string(kManifestName) +
+                              "); the build did not finish - run the same kiln build again to "
+                              "resume it");
+  KILN_RETURN_IF_ERROR(s);
+  return ManifestFromJson(text, path, out);
+}
+
+Status WriteManifest(const std::string& dir, const Manifest& m) {
+  return WriteFileAtomic(dir, kManifestName, kManifestTempName, ManifestToJson(m));
+}
+
+}  // namespace kiln

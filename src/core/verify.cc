@@ -1,0 +1,281 @@
+#include "kiln/verify.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+#include <tbb/global_control.h>
+#include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "core/file_util.h"
+#include "core/lmdb_env.h"
+#include "kiln/cache_reader.h"
+#include "kiln/manifest.h"
+
+namespace kiln {
+
+const char* VerifyLevelName(VerifyLevel level) {
+  switch (level) {
+    case VerifyLevel::kQuick: return "quick";
+    case VerifyLevel::kFull: return "full";
+    case VerifyLevel::kSources: return "sources";
+    case VerifyLevel::kDeep: return "deep";
+  }
+  return "?";
+}
+
+Status ParseVerifyLevel(const std::string& name, VerifyLevel* out) {
+  for (VerifyLevel l : {VerifyLevel::kQuick, VerifyLevel::kFull, VerifyLevel::kSources,
+                        VerifyLevel::kDeep}) {
+    if (name == VerifyLevelName(l)) {
+      *out = l;
+      return Status::OK();
+    }
+  }
+  return Status::InvalidArgument("unknown verify level '" + name +
+                                 "' (expected quick, full, sources or deep)");
+}
+
+namespace {
+
+bool HasNonFinite(DType dtype, const uint8_t* p, uint64_t bytes) {
+  if (dtype == DType::kFloat16) {
+    for (uint64_t i = 0; i + 1 < bytes; i += 2) {
+      uint16_t v;
+      std::memcpy(&v, p + i, 2);
+      if ((v & 0x7C00u) == 0x7C00u) return true;
+    }
+  } else if (dtype == DType::kFloat32) {
+    for (uint64_t i = 0; i + 3 < bytes; i += 4) {
+      uint32_t v;
+      std::memcpy(&v, p + i, 4);
+      if ((v & 0x7F800000u) == 0x7F800000u) return true;
+    }
+  }
+  return false;
+}
+
+struct Slot {
+  uint64_t index;
+  const uint8_t* value;
+  size_t size;
+  uint64_t checksum;  // as stored
+};
+
+class Verifier {
+ public:
+  Verifier(std::string dir, const VerifyOptions& o, VerifyReport* r)
+      : dir_(std::move(dir)), opt_(o), rep_(r) {}
+
+  void Problem(int64_t index, const std::string& shard, const std::string& what) {
+    std::lock_guard<std::mutex> lock(mu_);
+    rep_->problems.push_back({index, shard, "", what});
+  }
+
+  void Run() {
+    Status s = ReadManifest(dir_, &m_);
+    if (!s.ok()) {
+      Problem(-1, "", s.message());
+      return;
+    }
+    CheckUnexpectedFiles();
+    for (const ShardInfo& info : m_.shards) CheckShard(info);
+  }
+
+ private:
+  void CheckUnexpectedFiles() {
+    std::set<std::string> listed;
+    for (const ShardInfo& s : m_.shards) listed.insert(s.file);
+    DIR* d = opendir(dir_.c_str());
+    if (!d) return;
+    const size_t plen = std::strlen(kShardPrefix), slen = std::strlen(kShardSuffix);
+    while (dirent* e = readdir(d)) {
+      std::string name = e->d_name;
+      if (name.size() > plen + slen && name.compare(0, plen, kShardPrefix) == 0 &&
+          name.compare(name.size() - slen, slen, kShardSuffix) == 0 && !listed.count(name))
+        Problem(-1, name, "unexpected shard file not listed in the manifest (left from another "
+                          "build, or the manifest was edited)");
+    }
+    closedir(d);
+  }
+
+  void CheckShard(const ShardInfo& info) {
+    const std::string path = dir_ + "/" + info.file;
+    uint64_t size = 0;
+    Status s = FileSize(path, &size);
+    if (!s.ok()) {
+      Problem(static_cast<int64_t>(info.first), info.file,
+              "shard file missing: records " + std::to_string(info.first) + ".." +
+                  std::to_string(info.first + info.count - 1) + " are lost");
+      return;
+    }
+    rep_->shard_bytes += size;
+    if (size != info.bytes) {
+      Problem(-1, info.file, "shard is " + std::to_string(size) + " bytes, manifest says " +
+                                 std::to_string(info.bytes) +
+                                 (size < info.bytes ? " (truncated)" : " (modified)"));
+      if (size < info.bytes) return;  // reading a truncated map could fault
+    }
+    LmdbEnv env;
+    s = env.OpenForRead(path, 16);
+    if (!s.ok()) {
+      Problem(-1, info.file, "cannot open shard: " + s.message());
+      return;
+    }
+    LmdbTxn txn;
+    s = txn.Begin(env, true);
+    if (!s.ok()) {
+      Problem(-1, info.file, s.message());
+      return;
+    }
+    MDB_cursor* cur = nullptr;
+    if (mdb_cursor_open(txn.get(), env.dbi(), &cur) != MDB_SUCCESS) {
+      Problem(-1, info.file, "cannot read shard");
+      return;
+    }
+    std::vector<Slot> slots;
+    slots.reserve(info.count);
+    uint64_t expect = info.first;
+    const uint64_t end = info.first + info.count;
+    MDB_val k, v;
+    int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
+    uint64_t found = 0;
+    for (; rc == MDB_SUCCESS; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+      ++found;
+      if (k.mv_size != kKeySize) {
+        Problem(-1, info.file, "a key of " + std::to_string(k.mv_size) + " bytes (not a kiln key)");
+        continue;
+      }
+      const uint64_t idx = DecodeKey(static_cast<const uint8_t*>(k.mv_data));
+      if (idx < info.first || idx >= end) {
+        Problem(static_cast<int64_t>(idx), info.file,
+                "record outside the shard's range " + std::to_string(info.first) + ".." +
+                    std::to_string(end - 1));
+        continue;
+      }
+      for (; expect < idx; ++expect)
+        Problem(static_cast<int64_t>(expect), info.file, "record missing");
+      expect = idx + 1;
+      CheckHeader(info, idx, static_cast<const uint8_t*>(v.mv_data), v.mv_size, &slots);
+    }
+    if (rc != MDB_NOTFOUND) Problem(-1, info.file, std::string("read error: ") + mdb_strerror(rc));
+    for (; expect < end; ++expect) Problem(static_cast<int64_t>(expect), info.file, "record missing");
+    if (found != info.count)
+      Problem(-1, info.file, "shard holds " + std::to_string(found) + " records, manifest says " +
+                                 std::to_string(info.count));
+    mdb_cursor_close(cur);
+    rep_->records_checked += found;
+    if (opt_.level >= VerifyLevel::kFull) CheckPayloads(info, slots);
+  }
+
+  void CheckHeader(const ShardInfo& info, uint64_t idx, const uint8_t* value, size_t size,
+                   std::vector<Slot>* slots) {
+    RecordHeader h;
+    Status s = DecodeRecordHeader(idx, value, size, &h);
+    if (!s.ok()) {
+      Problem(static_cast<int64_t>(idx), info.file, s.message());
+      return;
+    }
+    if (h.dtype != m_.dtype || h.shape != m_.shape) {
+      Problem(static_cast<int64_t>(idx), info.file,
+              std::string("record is ") + DTypeName(h.dtype) + " " + h.shape.ToString() +
+                  ", manifest says " + DTypeName(m_.dtype) + " " + m_.shape.ToString());
+      return;
+    }
+    if (!m_.classes.empty() && (h.label < 0 || h.label >= static_cast<int64_t>(m_.classes.size())))
+      Problem(static_cast<int64_t>(idx), info.file,
+              "label " + std::to_string(h.label) + " outside the " +
+                  std::to_string(m_.classes.size()) + " classes");
+    slots->push_back({idx, value, size, h.checksum});
+  }
+
+  void CheckPayloads(const ShardInfo& info, const std::vector<Slot>& slots) {
+    auto work = [&] {
+      tbb::parallel_for(tbb::blocked_range<size_t>(0, slots.size(), 16),
+                        [&](const tbb::blocked_range<size_t>& r) {
+                          for (size_t i = r.begin(); i != r.end(); ++i) CheckPayload(info, slots[i]);
+                        });
+    };
+    if (opt_.threads > 0) {
+      tbb::task_arena arena(opt_.threads);
+      arena.execute(work);
+    } else {
+      work();
+    }
+    XXH3_state_t digest;
+    XXH3_64bits_reset(&digest);
+    for (const Slot& s : slots) {
+      XXH3_64bits_update(&digest, &s.checksum, sizeof(s.checksum));
+      rep_->bytes_checked += s.size;
+    }
+    // A shard with missing or damaged records already has problems; the
+    // digest tells about records replaced by other valid ones.
+    if (slots.size() == info.count && DigestHex(XXH3_64bits_digest(&digest)) != info.digest)
+      Problem(-1, info.file, "shard digest differs from the manifest (records replaced, or the "
+                             "manifest edited)");
+  }
+
+  void CheckPayload(const ShardInfo& info, const Slot& s) {
+    RecordHeader h;
+    if (!DecodeRecordHeader(s.index, s.value, s.size, &h).ok()) return;
+    Status st = VerifyRecordChecksum(s.index, s.value, h);
+    if (!st.ok()) {
+      Problem(static_cast<int64_t>(s.index), info.file, st.message());
+      return;
+    }
+    if (HasNonFinite(h.dtype, s.value + kRecordHeaderSize, h.payload_bytes))
+      Problem(static_cast<int64_t>(s.index), info.file, "payload holds NaN or Inf");
+  }
+
+  std::string dir_;
+  VerifyOptions opt_;
+  VerifyReport* rep_;
+  Manifest m_;
+  std::mutex mu_;
+};
+
+}  // namespace
+
+Status VerifyCache(const std::string& dir, const VerifyOptions& options, VerifyReport* report) {
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0) return Status::NotFound(dir + ": no such cache directory");
+  if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument(dir + ": not a directory");
+  *report = VerifyReport();
+  report->level = options.level;
+  const auto t0 = std::chrono::steady_clock::now();
+  Verifier(dir, options, report).Run();
+  std::stable_sort(report->problems.begin(), report->problems.end(),
+                   [](const VerifyProblem& a, const VerifyProblem& b) { return a.index < b.index; });
+  report->seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return Status::OK();
+}
+
+std::string VerifyReportToJson(const std::string& dir, const VerifyReport& r) {
+  nlohmann::json j;
+  j["cache"] = dir;
+  j["level"] = VerifyLevelName(r.level);
+  j["clean"] = r.clean();
+  j["records_checked"] = r.records_checked;
+  j["bytes_checked"] = r.bytes_checked;
+  j["shard_bytes"] = r.shard_bytes;
+  j["seconds"] = r.seconds;
+  nlohmann::json probs = nlohmann::json::array();
+  for (const VerifyProblem& p : r.problems) {
+    nlohmann::json pj = {{"shard", p.shard}, {"what", p.what}};
+    pj["index"] = p.index >= 0 ? nlohmann::json(p.index) : nlohmann::json(nullptr);
+    if (!p.source.empty()) pj["source"] = p.source;
+    probs.push_back(pj);
+  }
+  j["problems"] = probs;
+  return j.dump(2) + "\n";
+}
+
+}  // namespace kiln

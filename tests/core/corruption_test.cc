@@ -1,0 +1,276 @@
+// Damaged caches: the reader, `kiln inspect` and `kiln verify` must report
+// each case clearly, naming the record, and never crash or return garbage.
+#include <lmdb.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <filesystem>
+
+#include "core/lmdb_env.h"
+#include "kiln/cache_reader.h"
+#include "kiln/verify.h"
+#include "test_util.h"
+
+using namespace kiln;
+using namespace kiln::testing;
+
+namespace {
+const Shape kShape = MakeShape({3, 16, 16});
+constexpr uint64_t kRecordBytes = 3 * 16 * 16 * 2;
+constexpr uint64_t kCount = 60;
+
+// 60 float16 records, 20 per shard.
+void MakeCache(const TempDir& dir) {
+  WriteTestCache(dir.path(), kCount, DType::kFloat16, kShape, 10, kRecordBytes * 20);
+}
+
+// Offset of record i's payload inside its shard file.
+size_t PayloadOffset(const std::string& file_bytes, uint64_t i) {
+  auto want = TestPayload(i, DType::kFloat16, kRecordBytes);
+  const void* p = memmem(file_bytes.data(), file_bytes.size(), want.data(), 64);
+  REQUIRE(p != nullptr);
+  return static_cast<const char*>(p) - file_bytes.data();
+}
+
+void FlipByte(const std::string& path, size_t offset) {
+  std::string b = ReadFile(path);
+  REQUIRE(offset < b.size());
+  b[offset] ^= 0x10;
+  WriteFile(path, b);
+}
+
+// Runs `fn` on a write transaction of the given shard, then restores the
+// manifest's view of that shard's size so only the record damage shows.
+template <typename Fn>
+void EditShard(const std::string& path, Fn fn) {
+  LmdbEnv env;
+  REQUIRE(env.OpenForWrite(path, 64 << 20).ok());
+  LmdbTxn txn;
+  REQUIRE(txn.Begin(env, false).ok());
+  fn(txn.get(), env.dbi());
+  REQUIRE(txn.Commit().ok());
+}
+
+MDB_val GetValue(MDB_txn* txn, MDB_dbi dbi, uint64_t i, std::string* copy) {
+  uint8_t key[8];
+  EncodeKey(i, key);
+  MDB_val k{8, key}, v;
+  REQUIRE(mdb_get(txn, dbi, &k, &v) == MDB_SUCCESS);
+  copy->assign(static_cast<char*>(v.mv_data), v.mv_size);
+  return v;
+}
+
+void PutValue(MDB_txn* txn, MDB_dbi dbi, uint64_t i, const std::string& value) {
+  uint8_t key[8];
+  EncodeKey(i, key);
+  MDB_val k{8, key}, v{value.size(), const_cast<char*>(value.data())};
+  REQUIRE(mdb_put(txn, dbi, &k, &v, 0) == MDB_SUCCESS);
+}
+
+VerifyReport Verify(const TempDir& dir, VerifyLevel level = VerifyLevel::kFull) {
+  VerifyOptions o;
+  o.level = level;
+  VerifyReport r;
+  REQUIRE(VerifyCache(dir.path(), o, &r).ok());
+  return r;
+}
+
+bool Names(const VerifyReport& r, int64_t index, const std::string& what) {
+  for (const auto& p : r.problems)
+    if (p.index == index && p.what.find(what) != std::string::npos) return true;
+  return false;
+}
+
+std::string Dump(const VerifyReport& r) {
+  std::string s;
+  for (const auto& p : r.problems) s += std::to_string(p.index) + " [" + p.shard + "] " + p.what + "\n";
+  return s;
+}
+
+int Kiln(const std::string& args, std::string* out) {
+  return RunCommand(std::string(KILN_BIN) + " " + args, out);
+}
+}  // namespace
+
+TEST_CASE("a clean cache verifies and inspects", "[corruption]") {
+  TempDir dir;
+  MakeCache(dir);
+  CHECK(Verify(dir, VerifyLevel::kQuick).clean());
+  CHECK(Verify(dir).clean());
+  std::string out;
+  CHECK(Kiln("verify " + dir.path(), &out) == 0);
+  CHECK(Kiln("inspect " + dir.path(), &out) == 0);
+  CHECK_THAT(out, Catch::Contains("records:       60"));
+  CHECK_THAT(out, Catch::Contains("float16 3x16x16"));
+  CHECK_THAT(out, Catch::Contains("3 shards"));
+  CHECK_THAT(out, Catch::Contains("0=class0"));
+}
+
+TEST_CASE("one payload byte flipped", "[corruption]") {
+  TempDir dir;
+  MakeCache(dir);
+  const std::string shard = dir / "shard-00001.mdb";
+  FlipByte(shard, PayloadOffset(ReadFile(shard), 25) + 100);
+  VerifyReport r = Verify(dir);
+  INFO(Dump(r));
+  CHECK(Names(r, 25, "checksum mismatch"));
+  CHECK(r.problems.size() == 1);
+  CHECK(Verify(dir, VerifyLevel::kQuick).clean());  // quick does not read payloads
+  // The reader with checksums refuses it, naming the record and shard.
+  std::unique_ptr<CacheReader> reader;
+  REQUIRE(CacheReader::Open(dir.path(), ReaderOptions(), &reader).ok());
+  RecordView v;
+  Status s = reader->BeginRead()->Get(25, &v, true);
+  CHECK(s.IsCorruption());
+  CHECK_THAT(s.message(), Catch::Contains("record 25") && Catch::Contains("shard-00001.mdb"));
+  std::string out;
+  CHECK(Kiln("verify " + dir.path(), &out) == 1);
+  CHECK_THAT(out, Catch::Contains("record 25"));
+}
+
+TEST_CASE("one header byte flipped", "[corruption]") {
+  TempDir dir;
+  MakeCache(dir);
+  const std::string shard = dir / "shard-00000.mdb";
+  const size_t header = PayloadOffset(ReadFile(shard), 7) - kRecordHeaderSize;
+  SECTION("the label byte: caught by the checksum") {
+    FlipByte(shard, header + 24);
+    VerifyReport r = Verify(dir);
+    INFO(Dump(r));
+    CHECK(Names(r, 7, "checksum"));
+  }
+  SECTION("the magic: caught by the quick level and by the reader") {
+    FlipByte(shard, header + 1);
+    VerifyReport r = Verify(dir, VerifyLevel::kQuick);
+    INFO(Dump(r));
+    CHECK(Names(r, 7, "magic"));
+    std::unique_ptr<CacheReader> reader;
+    REQUIRE(CacheReader::Open(dir.path(), ReaderOptions(), &reader).ok());
+    RecordView v;
+    CHECK(reader->BeginRead()->Get(7, &v).IsCorruption());
+  }
+}
+
+TEST_CASE("record-level damage through LMDB", "[corruption]") {
+  TempDir dir;
+  MakeCache(dir);
+  const std::string shard = dir / "shard-00002.mdb";
+  SECTION("a label out of range, checksum intact") {
+    EditShard(shard, [](MDB_txn* txn, MDB_dbi dbi) {
+      std::string v;
+      GetValue(txn, dbi, 44, &v);
+      auto* h = reinterpret_cast<uint8_t*>(v.data());
+      EncodeRecordHeader(44, DType::kFloat16, kShape, 99, h + kRecordHeaderSize, h);
+      PutValue(txn, dbi, 44, v);
+    });
+    VerifyReport r = Verify(dir, VerifyLevel::kQuick);
+    INFO(Dump(r));
+    CHECK(Names(r, 44, "label 99"));
+  }
+  SECTION("two records' values swapped") {
+    EditShard(shard, [](MDB_txn* txn, MDB_dbi dbi) {
+      std::string a, b;
+      GetValue(txn, dbi, 41, &a);
+      GetValue(txn, dbi, 48, &b);
+      PutValue(txn, dbi, 41, b);
+      PutValue(txn, dbi, 48, a);
+    });
+    VerifyReport r = Verify(dir);
+    INFO(Dump(r));
+    CHECK(Names(r, 41, "checksum"));
+    CHECK(Names(r, 48, "checksum"));
+  }
+  SECTION("a record deleted") {
+    EditShard(shard, [](MDB_txn* txn, MDB_dbi dbi) {
+      uint8_t key[8];
+      EncodeKey(50, key);
+      MDB_val k{8, key};
+      REQUIRE(mdb_del(txn, dbi, &k, nullptr) == MDB_SUCCESS);
+    });
+    VerifyReport r = Verify(dir, VerifyLevel::kQuick);
+    INFO(Dump(r));
+    CHECK(Names(r, 50, "record missing"));
+    // The reader refuses the shard at open (record count).
+    std::unique_ptr<CacheReader> reader;
+    CHECK(CacheReader::Open(dir.path(), ReaderOptions(), &reader).IsCorruption());
+  }
+}
+
+TEST_CASE("shard files damaged or missing", "[corruption]") {
+  TempDir dir;
+  MakeCache(dir);
+  std::string out;
+  SECTION("truncated") {
+    REQUIRE(truncate((dir / "shard-00001.mdb").c_str(), 20000) == 0);
+    VerifyReport r = Verify(dir);
+    INFO(Dump(r));
+    CHECK(!r.clean());
+    CHECK(r.problems[0].shard == "shard-00001.mdb");
+    CHECK_THAT(r.problems[0].what, Catch::Contains("truncated"));
+    std::unique_ptr<CacheReader> reader;
+    Status s = CacheReader::Open(dir.path(), ReaderOptions(), &reader);
+    CHECK_THAT(s.message(), Catch::Contains("truncated"));
+    CHECK(Kiln("inspect " + dir.path(), &out) == 1);
+  }
+  SECTION("missing") {
+    std::filesystem::remove(dir / "shard-00002.mdb");
+    VerifyReport r = Verify(dir);
+    INFO(Dump(r));
+    CHECK(Names(r, 40, "shard file missing"));
+    CHECK(Kiln("inspect " + dir.path(), &out) == 1);
+    CHECK_THAT(out, Catch::Contains("shard-00002.mdb") && Catch::Contains("missing"));
+  }
+  SECTION("an extra unexpected shard") {
+    std::filesystem::copy_file(dir / "shard-00000.mdb", dir / "shard-00003.mdb");
+    VerifyReport r = Verify(dir);
+    INFO(Dump(r));
+    REQUIRE(r.problems.size() == 1);
+    CHECK(r.problems[0].shard == "shard-00003.mdb");
+    CHECK_THAT(r.problems[0].what, Catch::Contains("unexpected"));
+  }
+}
+
+TEST_CASE("the manifest edited or missing", "[corruption]") {
+  TempDir dir;
+  MakeCache(dir);
+  std::string m = ReadFile(dir / "manifest.json");
+  std::string out;
+  SECTION("count edited") {
+    m.replace(m.find("\"count\": 60"), 11, "\"count\": 61");
+    WriteFile(dir / "manifest.json", m);
+    VerifyReport r = Verify(dir);
+    INFO(Dump(r));
+    CHECK(!r.clean());
+    CHECK_THAT(r.problems[0].what, Catch::Contains("count"));
+    CHECK(Kiln("inspect " + dir.path(), &out) == 1);
+  }
+  SECTION("a shard digest edited") {
+    const size_t at = m.find("\"digest\": \"") + 11;
+    m[at] = m[at] == '0' ? '1' : '0';
+    WriteFile(dir / "manifest.json", m);
+    VerifyReport r = Verify(dir);
+    INFO(Dump(r));
+    REQUIRE(r.problems.size() == 1);
+    CHECK(r.problems[0].shard == "shard-00000.mdb");
+    CHECK_THAT(r.problems[0].what, Catch::Contains("digest"));
+  }
+  SECTION("not JSON") {
+    WriteFile(dir / "manifest.json", m.substr(0, m.size() / 2));
+    CHECK(!Verify(dir).clean());
+    CHECK(Kiln("inspect " + dir.path(), &out) == 1);
+  }
+  SECTION("missing: an incomplete cache") {
+    std::filesystem::remove(dir / "manifest.json");
+    VerifyReport r = Verify(dir);
+    REQUIRE(r.problems.size() == 1);
+    CHECK_THAT(r.problems[0].what, Catch::Contains("incomplete"));
+    CHECK(Kiln("verify " + dir.path(), &out) == 1);
+    CHECK(Kiln("inspect " + dir.path(), &out) == 1);
+    CHECK_THAT(out, Catch::Contains("incomplete"));
+  }
+  SECTION("no such directory is a usage error") {
+    CHECK(Kiln("verify " + dir.path() + "/nope", &out) == 2);
+    CHECK(Kiln("inspect " + dir.path() + "/nope", &out) == 2);
+  }
+}

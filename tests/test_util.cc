@@ -1,0 +1,94 @@
+#include "test_util.h"
+
+#include <stdlib.h>
+#include <sys/wait.h>
+
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "kiln/manifest.h"
+
+namespace kiln::testing {
+
+TempDir::TempDir() {
+  std::string tmpl = (std::filesystem::temp_directory_path() / "kiln_test_XXXXXX").string();
+  REQUIRE(mkdtemp(tmpl.data()) != nullptr);
+  path_ = tmpl;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+std::vector<uint8_t> TestPayload(uint64_t index, DType dtype, size_t bytes) {
+  std::vector<uint8_t> p(bytes);
+  uint64_t x = index * 0x9E3779B97F4A7C15ull + 1;
+  for (size_t i = 0; i < bytes; ++i) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    p[i] = static_cast<uint8_t>(x);
+  }
+  if (dtype != DType::kUint8) {
+    // Keep float elements finite: clear the top exponent bit (little-endian).
+    const size_t es = DTypeSize(dtype);
+    for (size_t j = es - 1; j < bytes; j += es) p[j] &= 0x3F;
+  }
+  return p;
+}
+
+Shape MakeShape(std::initializer_list<uint32_t> dims) {
+  Shape s;
+  for (uint32_t d : dims) s.dims[s.ndim++] = d;
+  return s;
+}
+
+void WriteTestCache(const std::string& dir, uint64_t n, DType dtype, const Shape& shape,
+                    int classes, uint64_t shard_size) {
+  WriterOptions o;
+  o.dtype = dtype;
+  o.shape = shape;
+  o.shard_size = shard_size;
+  std::unique_ptr<CacheWriter> w;
+  Status s = CacheWriter::Open(o, dir, &w);
+  REQUIRE(s.ok());
+  const size_t bytes = shape.NumElements() * DTypeSize(dtype);
+  for (uint64_t i = 0; i < n; ++i) {
+    auto p = TestPayload(i, dtype, bytes);
+    REQUIRE(w->Append(i, static_cast<int64_t>(i % classes), p.data()).ok());
+  }
+  Manifest m;
+  for (int c = 0; c < classes; ++c) m.classes.push_back("class" + std::to_string(c));
+  s = w->Finish(&m);
+  REQUIRE(s.ok());
+}
+
+int RunCommand(const std::string& cmd, std::string* output) {
+  std::string full = cmd + " 2>&1";
+  FILE* f = popen(full.c_str(), "r");
+  if (!f) return -1;
+  char buf[4096];
+  output->clear();
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) output->append(buf, n);
+  int st = pclose(f);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void WriteFile(const std::string& path, const std::string& content) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << content;
+}
+
+}  // namespace kiln::testing

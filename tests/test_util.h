@@ -1,0 +1,44 @@
+// Helpers shared by kiln's tests: temp directories and small caches.
+#ifndef KILN_TESTS_TEST_UTIL_H_
+#define KILN_TESTS_TEST_UTIL_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kiln/cache_writer.h"
+#include "kiln/record.h"
+
+namespace kiln::testing {
+
+// A fresh empty directory under $TMPDIR, removed when the object dies.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+// The payload that WriteTestCache writes for record `index`: deterministic
+// bytes; for float dtypes every element is finite.
+std::vector<uint8_t> TestPayload(uint64_t index, DType dtype, size_t bytes);
+
+// Writes a cache of `n` records (labels index % classes) to `dir`.
+void WriteTestCache(const std::string& dir, uint64_t n, DType dtype, const Shape& shape,
+                    int classes = 10, uint64_t shard_size = 1ull << 30);
+
+Shape MakeShape(std::initializer_list<uint32_t> dims);
+
+// Runs a shell command, returning its exit status; stdout+stderr go to *output.
+int RunCommand(const std::string& cmd, std::string* output);
+
+std::string ReadFile(const std::string& path);
+void WriteFile(const std::string& path, const std::string& content);
+
+}  // namespace kiln::testing
+
+#endif  // KILN_TESTS_TEST_UTIL_H_

@@ -1,0 +1,142 @@
+// kiln build SRC OUT: decode a raw image dataset once into a cache.
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "command.h"
+#include "kiln/build/build.h"
+
+namespace kiln::tools {
+namespace {
+
+struct BuildArgs {
+  build::BuildOptions o;
+  std::string size, dtype = "float16", norm, mean, std, shard_size = "4G", progress = "auto";
+};
+
+Status ParseList(const std::string& text, std::vector<double>* out) {
+  out->clear();
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      out->push_back(std::stod(item));
+    } catch (...) {
+      return Status::InvalidArgument("'" + text + "' is not a comma-separated list of numbers");
+    }
+  }
+  return Status::OK();
+}
+
+Status ParseBytes(const std::string& text, uint64_t* out) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || v <= 0) return Status::InvalidArgument("--shard-size '" + text + "'");
+  double mult = 1;
+  switch (*end) {
+    case 'K': case 'k': mult = 1ull << 10; break;
+    case 'M': case 'm': mult = 1ull << 20; break;
+    case 'G': case 'g': mult = 1ull << 30; break;
+    case 'T': case 't': mult = 1ull << 40; break;
+    case '\0': break;
+    default: return Status::InvalidArgument("--shard-size '" + text + "' (use e.g. 512M, 4G)");
+  }
+  *out = static_cast<uint64_t>(v * mult);
+  return Status::OK();
+}
+
+int RunBuild(BuildArgs& a) {
+  build::BuildOptions& o = a.o;
+  Status s = ParseDType(a.dtype, &o.dtype);
+  if (s.ok() && !a.size.empty() &&
+      std::sscanf(a.size.c_str(), "%dx%d", &o.size_w, &o.size_h) != 2)
+    s = Status::InvalidArgument("--size '" + a.size + "' (expected WxH, e.g. 64x64)");
+  if (s.ok()) s = ParseBytes(a.shard_size, &o.shard_size);
+  if (s.ok() && (!a.mean.empty() || !a.std.empty())) {
+    if (!a.norm.empty() && a.norm != "explicit")
+      s = Status::InvalidArgument("--mean/--std exclude --norm " + a.norm);
+    else if (a.mean.empty() || a.std.empty())
+      s = Status::InvalidArgument("--mean and --std go together");
+    if (s.ok()) s = ParseList(a.mean, &o.mean);
+    if (s.ok()) s = ParseList(a.std, &o.std);
+    o.norm = "explicit";
+  } else if (!a.norm.empty()) {
+    o.norm = a.norm;
+  }
+  if (!s.ok()) return ReportError("build", s);
+
+  const bool tty = ::isatty(STDERR_FILENO);
+  const std::string mode = a.progress == "auto" ? (tty ? "tty" : "plain") : a.progress;
+  double last_plain = -10;
+  auto progress = [&](const std::string& cache, const build::BuildProgress& p) {
+    const double rate = p.seconds > 0 ? p.done / p.seconds : 0;
+    const double mbs = p.seconds > 0 ? p.bytes_written / p.seconds / 1e6 : 0;
+    const double eta = rate > 0 ? (p.total - p.done) / rate : 0;
+    if (mode == "json") {
+      nlohmann::json j = {{"cache", cache}, {"done", p.done}, {"total", p.total},
+                          {"images_per_s", rate}, {"mb_per_s", mbs}, {"eta_s", eta},
+                          {"final", p.final}};
+      std::cout << j.dump() << std::endl;
+    } else if (mode == "tty") {
+      std::fprintf(stderr, "\r%s: %llu/%llu  %.0f img/s  %.1f MB/s  ETA %.0f s   %s",
+                   cache.c_str(), (unsigned long long)p.done, (unsigned long long)p.total, rate, mbs,
+                   eta, p.final ? "\n" : "");
+    } else if (mode == "plain" && (p.final || p.seconds - last_plain >= 10)) {
+      last_plain = p.seconds;
+      std::fprintf(stderr, "%s: %llu/%llu images, %.0f img/s, %.1f MB/s, ETA %.0f s\n",
+                   cache.c_str(), (unsigned long long)p.done, (unsigned long long)p.total, rate,
+                   mbs, eta);
+    }
+  };
+  auto info = [](const std::string& line) { std::cerr << line << "\n"; };
+  build::BuildResult r;
+  s = build::BuildCache(o, progress, info, &r);
+  if (!r.first_reject.empty())
+    std::cerr << "rejected inputs are listed in rejects.tsv; the first: " << r.first_reject << "\n";
+  if (!s.ok()) return ReportError("build", s);
+  if (!r.up_to_date || r.written > 0) {
+    std::cout << "kiln build: " << r.written << " written, " << r.rejected << " rejected";
+    if (r.seconds > 0 && r.bytes > 0)
+      std::cout << " in " << r.seconds << " s (" << HumanBytes(r.bytes) << ", "
+                << HumanBytes(r.bytes / r.seconds) << "/s)";
+    std::cout << " ->";
+    for (const auto& c : r.caches) std::cout << " " << c;
+    std::cout << "\n";
+  }
+  return kExitOk;
+}
+
+KILN_COMMAND(Command{
+    "build", "Decode, resize and normalize an image dataset once into a cache", 10,
+    [](CLI::App* sub) -> std::function<int()> {
+      auto a = std::make_shared<BuildArgs>();
+      build::BuildOptions& o = a->o;
+      sub->add_option("SRC", o.src, "source root (ImageFolder: SRC/<class>/<image>)")->required();
+      sub->add_option("OUT", o.out, "cache directory to write")->required();
+      sub->add_option("--list", o.list_file,
+                      "list file of 'relative/path label' lines, or a CSV with header path,label");
+      sub->add_option("--resize", o.resize, "shorter side to S (torchvision Resize(S))");
+      sub->add_option("--crop", o.crop, "center crop C x C (torchvision CenterCrop(C))");
+      sub->add_option("--size", a->size, "squash to WxH instead of --resize");
+      sub->add_option("--channels", o.channels, "1 or 3 (default 3)");
+      sub->add_option("--dtype", a->dtype, "float16 (default), float32 or uint8");
+      sub->add_option("--norm", a->norm, "none (default: x/255), imagenet, or auto (dataset statistics)");
+      sub->add_option("--mean", a->mean, "explicit per-channel means, e.g. 0.5,0.5,0.5");
+      sub->add_option("--std", a->std, "explicit per-channel stds");
+      sub->add_option("--stats-sample", o.stats_sample, "--norm auto over a seeded sample of N images (0 = all)");
+      sub->add_option("--val-fraction", o.val_fraction, "write OUT/train and OUT/val split by path hash");
+      sub->add_option("--shuffle-seed", o.shuffle_seed, "write records in a seeded permutation");
+      sub->add_option("--shard-size", a->shard_size, "record bytes per shard (default 4G)");
+      sub->add_option("--threads", o.threads, "worker threads (0 = all cores)");
+      sub->add_option("--max-pixels", o.max_pixels, "reject images over this many pixels (default 1e8)");
+      sub->add_flag("--strict", o.strict, "any rejected input fails the build (exit 1)");
+      sub->add_flag("--force", o.force, "rebuild when sources or options changed");
+      sub->add_option("--progress", a->progress, "auto | tty | plain | json | none");
+      return [a] { return RunBuild(*a); };
+    }});
+
+}  // namespace
+}  // namespace kiln::tools

@@ -1,0 +1,65 @@
+// kiln verify CACHE: proves a cache intact and complete.
+#include <iostream>
+
+#include "command.h"
+#include "kiln/verify.h"
+
+namespace kiln::tools {
+namespace {
+
+struct VerifyArgs {
+  std::string dir;
+  std::string level = "full";
+  bool json = false;
+  int threads = 0;
+};
+
+int RunVerify(const VerifyArgs& a) {
+  VerifyOptions o;
+  Status s = ParseVerifyLevel(a.level, &o.level);
+  if (!s.ok()) return ReportError("verify", s);
+  if (o.level > VerifyLevel::kFull)
+    return ReportError("verify", Status::NotSupported("level '" + a.level +
+                                                      "' (source re-checks) is not built yet; "
+                                                      "use quick or full"));
+  o.threads = a.threads;
+  VerifyReport r;
+  s = VerifyCache(a.dir, o, &r);
+  if (!s.ok()) return ReportError("verify", s);
+  if (a.json) {
+    std::cout << VerifyReportToJson(a.dir, r);
+  } else {
+    std::cout << "kiln verify " << a.dir << " (level " << VerifyLevelName(r.level) << "): "
+              << r.records_checked << " records";
+    if (r.bytes_checked)
+      std::cout << ", " << HumanBytes(static_cast<double>(r.bytes_checked)) << " checksummed";
+    std::cout << " in " << r.seconds << " s";
+    if (r.seconds > 0 && r.bytes_checked)
+      std::cout << " (" << HumanBytes(r.bytes_checked / r.seconds) << "/s)";
+    std::cout << "\n";
+    for (const VerifyProblem& p : r.problems) {
+      std::cout << "  PROBLEM";
+      if (p.index >= 0) std::cout << " record " << p.index;
+      if (!p.shard.empty()) std::cout << " [" << p.shard << "]";
+      if (!p.source.empty()) std::cout << " (" << p.source << ")";
+      std::cout << ": " << p.what << "\n";
+    }
+    std::cout << (r.clean() ? "OK: the cache is intact\n"
+                            : "FAILED: " + std::to_string(r.problems.size()) +
+                                  " problem(s); rebuild the cache (kiln build --force)\n");
+  }
+  return r.clean() ? kExitOk : kExitBadData;
+}
+
+KILN_COMMAND(Command{"verify", "Check a cache: manifest, shards, headers, checksums", 20,
+                     [](CLI::App* sub) -> std::function<int()> {
+                       auto a = std::make_shared<VerifyArgs>();
+                       sub->add_option("CACHE", a->dir, "cache directory")->required();
+                       sub->add_option("--level", a->level, "quick | full (default full)");
+                       sub->add_flag("--json", a->json, "print the report as one JSON document");
+                       sub->add_option("--threads", a->threads, "worker threads (0 = all cores)");
+                       return [a] { return RunVerify(*a); };
+                     }});
+
+}  // namespace
+}  // namespace kiln::tools

@@ -1,0 +1,50 @@
+// The subcommand table of the `kiln` tool. Each tools/cmd_*.cc registers its
+// subcommands with a static KILN_COMMAND; CMake compiles only the files of
+// the components that are built, so an absent component simply has no
+// subcommand.
+#ifndef KILN_TOOLS_COMMAND_H_
+#define KILN_TOOLS_COMMAND_H_
+
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kiln/status.h"
+
+namespace kiln::tools {
+
+// Exit codes of every kiln subcommand (README "Exit codes").
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitBadData = 1;  // corrupt, stale, incomplete, rejected under --strict
+inline constexpr int kExitUsage = 2;    // usage or environment error
+
+// Adds options to `sub` and returns the function that runs the command
+// after parsing (its return value is the exit code).
+using CommandSetup = std::function<std::function<int()>(CLI::App* sub)>;
+
+struct Command {
+  std::string name;
+  std::string description;
+  int order;  // position in --help
+  CommandSetup setup;
+};
+
+bool RegisterCommand(Command command);
+std::vector<Command> RegisteredCommands();  // sorted by order
+
+// Prints "kiln <cmd>: <status>" to stderr and returns the exit code for it:
+// bad data (Corruption, Stale) -> 1, everything else -> 2.
+int ReportError(const std::string& cmd, const Status& s);
+
+// Formats a byte count as "12.3 MB".
+std::string HumanBytes(double bytes);
+
+}  // namespace kiln::tools
+
+#define KILN_CONCAT_INNER(a, b) a##b
+#define KILN_CONCAT(a, b) KILN_CONCAT_INNER(a, b)
+#define KILN_COMMAND(...) \
+  static const bool KILN_CONCAT(kiln_command_, __LINE__) = ::kiln::tools::RegisterCommand(__VA_ARGS__)
+
+#endif  // KILN_TOOLS_COMMAND_H_

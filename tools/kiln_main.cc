@@ -1,0 +1,39 @@
+// kiln: build, verify and inspect tensor caches of image datasets.
+#include <exception>
+#include <iostream>
+
+#include "command.h"
+#include "kiln/manifest.h"
+
+int main(int argc, char** argv) {
+  using namespace kiln::tools;
+  CLI::App app{"kiln: decode an image dataset once into a verified tensor cache, and train from it"};
+  app.set_version_flag("--version", std::string("kiln ") + kiln::KilnVersion());
+  app.require_subcommand(1);
+  app.footer("Exit codes: 0 ok, 1 the data is bad (corrupt, stale, incomplete, rejected under "
+             "--strict), 2 usage or environment error.");
+  std::function<int()> run;
+  for (const Command& c : RegisteredCommands()) {
+    CLI::App* sub = app.add_subcommand(c.name, c.description);
+    auto runner = c.setup(sub);
+    sub->callback([&run, runner] { run = runner; });
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return kExitUsage;
+  }
+  try {
+    return run ? run() : kExitUsage;
+  } catch (const std::exception& e) {
+    std::cerr << "kiln: unexpected error: " << e.what() << "\n";
+    return kExitUsage;
+  }
+}
