@@ -55,14 +55,16 @@ std::unique_ptr<ReadTxn> CacheReader::BeginRead() const {
 }
 
 ReadTxn::ReadTxn(const CacheReader* reader) : reader_(reader) {
+  // Every shard's slot is made now, so that Get never allocates.
   shards_.resize(reader->manifest().shards.size());
+  for (auto& s : shards_) s = std::make_unique<Shard>();
 }
 
 ReadTxn::~ReadTxn() = default;
 
 void ReadTxn::Reset() {
   for (auto& s : shards_) {
-    if (s && s->active) {
+    if (s->active) {
       s->txn.Reset();
       s->active = false;
     }
@@ -77,7 +79,6 @@ Status ReadTxn::Get(uint64_t index, RecordView* out, bool verify_checksum) {
                             std::to_string(m.count) + " records)");
   const LmdbEnv& env = reader_->shard_env(si).env;
   auto& shard = shards_[si];
-  if (!shard) shard = std::make_unique<Shard>();
   if (!shard->begun) {
     KILN_RETURN_IF_ERROR(shard->txn.Begin(env, /*read_only=*/true));
     shard->begun = shard->active = true;
@@ -92,7 +93,8 @@ Status ReadTxn::Get(uint64_t index, RecordView* out, bool verify_checksum) {
   if (rc == MDB_NOTFOUND)
     return Status::Corruption(env.path() + ": record " + std::to_string(index) +
                               " missing from its shard");
-  KILN_RETURN_IF_ERROR(LmdbStatus(rc, env.path() + ": record " + std::to_string(index)));
+  // The context string is built only on failure: Get allocates nothing.
+  if (rc != MDB_SUCCESS) return LmdbStatus(rc, env.path() + ": record " + std::to_string(index));
   const uint8_t* value = static_cast<const uint8_t*>(v.mv_data);
   RecordHeader h;
   KILN_RETURN_IF_ERROR(DecodeRecordHeader(index, value, v.mv_size, &h).WithContext(env.path()));

@@ -78,6 +78,8 @@ class CacheWriter::Impl {
       info.file = ShardFileName(s);
       info.first = next_;
       XXH3_state_t digest;
+      // A stack state must be initialized before reset (xxhash.h: XXH3_INITSTATE).
+      XXH3_INITSTATE(&digest);
       XXH3_64bits_reset(&digest);
       LmdbTxn txn;
       KILN_RETURN_IF_ERROR(txn.Begin(env_, true));
@@ -144,6 +146,8 @@ class CacheWriter::Impl {
     cur_ = ShardInfo();
     cur_.file = ShardFileName(i);
     cur_.first = next_;
+    // A stack state must be initialized before reset (xxhash.h: XXH3_INITSTATE).
+    XXH3_INITSTATE(&digest_);
     XXH3_64bits_reset(&digest_);
     shard_bytes_ = 0;
     return Status::OK();

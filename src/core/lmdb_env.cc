@@ -92,8 +92,9 @@ Status LmdbEnv::Entries(uint64_t* n) const {
 
 Status LmdbTxn::Begin(const LmdbEnv& env, bool read_only) {
   Abort();
-  ctx_ = env.path();
-  return LmdbStatus(mdb_txn_begin(env.env(), nullptr, read_only ? MDB_RDONLY : 0, &txn_), ctx_);
+  ctx_ = &env.path();
+  const int rc = mdb_txn_begin(env.env(), nullptr, read_only ? MDB_RDONLY : 0, &txn_);
+  return rc == MDB_SUCCESS ? Status::OK() : LmdbStatus(rc, *ctx_);
 }
 
 int LmdbTxn::CommitRc() {
@@ -102,7 +103,10 @@ int LmdbTxn::CommitRc() {
   return rc;
 }
 
-Status LmdbTxn::Commit() { return LmdbStatus(CommitRc(), ctx_ + ": commit"); }
+Status LmdbTxn::Commit() {
+  const std::string ctx = ctx_ ? *ctx_ : std::string("lmdb");
+  return LmdbStatus(CommitRc(), ctx + ": commit");
+}
 
 void LmdbTxn::Abort() {
   if (txn_ != nullptr) mdb_txn_abort(txn_);
@@ -113,6 +117,9 @@ void LmdbTxn::Reset() {
   if (txn_ != nullptr) mdb_txn_reset(txn_);
 }
 
-Status LmdbTxn::Renew() { return LmdbStatus(mdb_txn_renew(txn_), ctx_); }
+Status LmdbTxn::Renew() {
+  const int rc = mdb_txn_renew(txn_);
+  return rc == MDB_SUCCESS ? Status::OK() : LmdbStatus(rc, ctx_ ? *ctx_ : std::string("lmdb"));
+}
 
 }  // namespace kiln

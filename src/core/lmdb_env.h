@@ -57,7 +57,7 @@ class LmdbTxn {
   ~LmdbTxn() { Abort(); }
   LmdbTxn(const LmdbTxn&) = delete;
   LmdbTxn& operator=(const LmdbTxn&) = delete;
-  LmdbTxn(LmdbTxn&& o) noexcept : txn_(o.txn_), ctx_(std::move(o.ctx_)) { o.txn_ = nullptr; }
+  LmdbTxn(LmdbTxn&& o) noexcept : txn_(o.txn_), ctx_(o.ctx_) { o.txn_ = nullptr; }
 
   Status Begin(const LmdbEnv& env, bool read_only);
   Status Commit();
@@ -71,7 +71,9 @@ class LmdbTxn {
 
  private:
   MDB_txn* txn_ = nullptr;
-  std::string ctx_;
+  // The env's path, for messages; a pointer so that Begin allocates nothing.
+  // REQUIRES: the env outlives the transaction.
+  const std::string* ctx_ = nullptr;
 };
 
 }  // namespace kiln

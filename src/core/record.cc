@@ -97,6 +97,8 @@ uint64_t DecodeKey(const uint8_t* key) {
 uint64_t RecordChecksum(uint64_t index, const uint8_t* header, const void* payload,
                         size_t payload_bytes) {
   XXH3_state_t state;
+  // A stack state must be initialized before reset (xxhash.h: XXH3_INITSTATE).
+  XXH3_INITSTATE(&state);
   XXH3_64bits_reset_withSeed(&state, index);
   XXH3_64bits_update(&state, header, kChecksumOffset);
   XXH3_64bits_update(&state, payload, payload_bytes);

@@ -210,6 +210,8 @@ class Verifier {
       work();
     }
     XXH3_state_t digest;
+    // A stack state must be initialized before reset (xxhash.h: XXH3_INITSTATE).
+    XXH3_INITSTATE(&digest);
     XXH3_64bits_reset(&digest);
     for (const Slot& s : slots) {
       XXH3_64bits_update(&digest, &s.checksum, sizeof(s.checksum));

@@ -2,6 +2,8 @@
 #include <cstring>
 #include <random>
 
+#include <xxhash.h>
+
 #include "kiln/record.h"
 #include "test_util.h"
 
@@ -98,4 +100,21 @@ TEST_CASE("random bytes as a record never crash the parser", "[record][fuzz]") {
   }
   // Only label, checksum or payload flips can leave a parsable header.
   CHECK(accepted < 200000);
+}
+
+TEST_CASE("the checksum is XXH3-64 seeded with the index, as docs/format.md says", "[record]") {
+  // An independent reference: the one-shot API over header[0,40) + payload.
+  // (Regression: a streaming state on the stack must be initialized first,
+  // or a seeded reset can keep a stale secret.)
+  std::vector<uint8_t> value(kRecordHeaderSize + 300);
+  for (size_t i = 0; i < 300; ++i) value[kRecordHeaderSize + i] = static_cast<uint8_t>(i * 7);
+  for (uint64_t index : {0ull, 1ull, 77ull, 1ull << 40}) {
+    EncodeRecordHeader(index, DType::kUint8, MakeShape({300}), 3, value.data() + kRecordHeaderSize,
+                       value.data());
+    std::vector<uint8_t> joined(value.begin(), value.begin() + kChecksumOffset);
+    joined.insert(joined.end(), value.begin() + kRecordHeaderSize, value.end());
+    RecordHeader h;
+    REQUIRE(DecodeRecordHeader(index, value.data(), value.size(), &h).ok());
+    CHECK(h.checksum == XXH3_64bits_withSeed(joined.data(), joined.size(), index));
+  }
 }

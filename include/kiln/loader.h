@@ -1,0 +1,104 @@
+// Loader: fills caller-owned batch slots from a cache with worker threads,
+// while the consumer works on earlier batches.
+//
+// One copy: each record's payload goes from the LMDB memory map straight
+// into its place in a slot (with the optional crop/flip fused into that
+// copy); labels go into the slot's label array. Nothing is allocated per
+// sample, and the dataset is never copied into anonymous memory.
+//
+// Order: per epoch a seeded permutation (the same on every machine and for
+// every worker count) or sequential order; rank r of W takes every W-th
+// index of the (wrap-around padded) permutation as PyTorch's
+// DistributedSampler does, so every rank gets the same number of batches.
+//
+// Protocol: StartEpoch(e, b) -> Next() ... Release(slot) ... until Next()
+// says the epoch ended. A slot returned by Next() is not refilled until it
+// is released. Batch b always lands in slot b % slots.size().
+//
+// Thread-safety: Next/Release/StartEpoch are called from one consumer
+// thread; the loader's workers are internal.
+#ifndef KILN_LOADER_H_
+#define KILN_LOADER_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kiln/cache_reader.h"
+#include "kiln/status.h"
+
+namespace kiln {
+
+struct LoaderOptions {
+  uint64_t batch_size = 256;  // samples per batch
+  int workers = 2;            // filling threads
+  bool shuffle = true;        // seeded permutation per epoch; false = sequential (evaluation)
+  uint64_t seed = 0;          // permutation and augmentation seed
+  bool drop_last = false;     // drop the short last batch (and, distributed, the tail)
+  int rank = 0;               // this process's rank, 0 <= rank < world_size
+  int world_size = 1;         // number of ranks sharing each epoch
+  uint32_t crop = 0;          // output H = W = crop from a larger CHW record; 0 = no crop
+  bool random_crop = false;   // true: seeded random crop per sample; false: center crop
+  bool random_flip = false;   // seeded horizontal flip with probability 1/2
+  bool verify_checksums = false;  // recompute each record's checksum while loading
+};
+
+// Caller-owned memory for one batch: `data` holds batch_size x
+// Loader::sample_bytes() bytes, `labels` batch_size entries.
+struct BatchSlot {
+  void* data = nullptr;
+  int64_t* labels = nullptr;
+};
+
+struct Batch {
+  int slot = -1;        // index into the slots given to Open
+  uint64_t size = 0;    // samples in this batch (the last may be short)
+  uint64_t epoch = 0;
+  uint64_t index = 0;   // batch number within the epoch
+};
+
+// Where a loader stands: the next batch it will hand out.
+struct LoaderPosition {
+  uint64_t epoch = 0;
+  uint64_t batch = 0;
+};
+
+class Loader {
+ public:
+  // REQUIRES: `reader` outlives the loader; slots non-empty, each sized as
+  // above. Returns InvalidArgument for bad options (crop larger than the
+  // record, rank out of range, zero batch size, records not CHW for crop).
+  static Status Open(const CacheReader* reader, const LoaderOptions& options,
+                     std::vector<BatchSlot> slots, std::unique_ptr<Loader>* out);
+  ~Loader();  // stops and joins the workers
+
+  // Output sample geometry (after crop) and bytes.
+  const Shape& sample_shape() const;
+  uint64_t sample_bytes() const;
+  // Samples this rank sees per epoch and batches per epoch.
+  uint64_t samples_per_epoch() const;
+  uint64_t batches_per_epoch() const;
+
+  // Begins epoch `epoch` at batch `start_batch` (to resume mid-epoch).
+  // REQUIRES: every slot handed out earlier has been released.
+  Status StartEpoch(uint64_t epoch, uint64_t start_batch = 0);
+  // Waits for the next batch. Returns NotFound at the end of the epoch, or
+  // the Status (naming shard and record) of a record that failed to load.
+  Status Next(Batch* out);
+  // The consumer is done with `slot`; it may be refilled.
+  void Release(int slot);
+  LoaderPosition position() const;
+
+  // The sample indices of this rank's epoch, in order (for tests and tools).
+  std::vector<uint64_t> EpochOrder(uint64_t epoch) const;
+
+  class Impl;
+
+ private:
+  explicit Loader(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kiln
+
+#endif  // KILN_LOADER_H_

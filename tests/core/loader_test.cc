@@ -1,0 +1,282 @@
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <new>
+#include <set>
+
+#include "kiln/cache_reader.h"
+#include "kiln/loader.h"
+#include "test_util.h"
+
+using namespace kiln;
+using namespace kiln::testing;
+
+// Counts heap allocations while `g_count_allocs` is set (all threads).
+static std::atomic<bool> g_count_allocs{false};
+static std::atomic<long> g_allocs{0};
+void* operator new(size_t n) {
+  if (g_count_allocs.load(std::memory_order_relaxed)) g_allocs.fetch_add(1);
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
+
+namespace {
+
+struct Ring {
+  std::vector<std::vector<uint8_t>> data;
+  std::vector<std::vector<int64_t>> labels;
+  std::vector<BatchSlot> slots;
+  Ring(int k, uint64_t batch, uint64_t sample_bytes) : data(k), labels(k) {
+    for (int i = 0; i < k; ++i) {
+      data[i].resize(batch * sample_bytes);
+      labels[i].resize(batch);
+      slots.push_back({data[i].data(), labels[i].data()});
+    }
+  }
+};
+
+struct Fixture {
+  TempDir dir;
+  std::unique_ptr<CacheReader> reader;
+  Fixture(uint64_t n, const Shape& shape, DType dtype = DType::kUint8) {
+    WriteTestCache(dir.path(), n, dtype, shape, 10, 5000);
+    REQUIRE(CacheReader::Open(dir.path(), ReaderOptions(), &reader).ok());
+  }
+};
+
+// Runs one epoch; returns the sample bytes and labels in batch order.
+struct Epoch {
+  std::vector<uint64_t> sizes;
+  std::vector<std::vector<uint8_t>> samples;
+  std::vector<int64_t> labels;
+};
+
+Epoch RunEpoch(Loader* loader, Ring* ring, uint64_t epoch, uint64_t start = 0) {
+  Epoch e;
+  REQUIRE(loader->StartEpoch(epoch, start).ok());
+  const uint64_t sb = loader->sample_bytes();
+  for (;;) {
+    Batch b;
+    Status s = loader->Next(&b);
+    if (s.IsNotFound()) break;
+    REQUIRE(s.ok());
+    e.sizes.push_back(b.size);
+    for (uint64_t j = 0; j < b.size; ++j) {
+      const uint8_t* p = ring->data[b.slot].data() + j * sb;
+      e.samples.emplace_back(p, p + sb);
+      e.labels.push_back(ring->labels[b.slot][j]);
+    }
+    loader->Release(b.slot);
+  }
+  return e;
+}
+
+std::unique_ptr<Loader> Make(const CacheReader* r, const LoaderOptions& o, Ring* ring) {
+  std::unique_ptr<Loader> l;
+  Status s = Loader::Open(r, o, ring->slots, &l);
+  INFO(s.ToString());
+  REQUIRE(s.ok());
+  return l;
+}
+
+}  // namespace
+
+TEST_CASE("every sample exactly once per epoch, bit-identical to the records", "[loader]") {
+  const Shape shape = MakeShape({3, 5, 7});
+  Fixture f(103, shape);
+  for (bool drop_last : {false, true}) {
+    LoaderOptions o;
+    o.batch_size = 10;
+    o.drop_last = drop_last;
+    o.seed = 3;
+    Ring ring(3, 10, 105);
+    auto l = Make(f.reader.get(), o, &ring);
+    CHECK(l->batches_per_epoch() == (drop_last ? 10u : 11u));
+    Epoch e = RunEpoch(l.get(), &ring, 0);
+    REQUIRE(e.sizes.size() == l->batches_per_epoch());
+    if (!drop_last) CHECK(e.sizes.back() == 3);
+    std::vector<uint64_t> order = l->EpochOrder(0);
+    REQUIRE(order.size() == 103);
+    CHECK(std::set<uint64_t>(order.begin(), order.end()).size() == 103);
+    auto txn = f.reader->BeginRead();
+    for (size_t k = 0; k < e.samples.size(); ++k) {
+      RecordView v;
+      REQUIRE(txn->Get(order[k], &v).ok());
+      REQUIRE(std::memcmp(e.samples[k].data(), v.data, v.bytes) == 0);
+      REQUIRE(e.labels[k] == v.label);
+    }
+    CHECK(e.samples.size() == (drop_last ? 100u : 103u));
+  }
+}
+
+TEST_CASE("a fresh permutation each epoch, the same for the same seed", "[loader]") {
+  Fixture f(200, MakeShape({4}));
+  LoaderOptions o;
+  o.seed = 11;
+  Ring ring(2, 256, 4);
+  auto a = Make(f.reader.get(), o, &ring);
+  o.workers = 1;
+  auto b = Make(f.reader.get(), o, &ring);
+  CHECK(a->EpochOrder(0) == b->EpochOrder(0));
+  CHECK(a->EpochOrder(0) != a->EpochOrder(1));
+  o.seed = 12;
+  auto c = Make(f.reader.get(), o, &ring);
+  CHECK(a->EpochOrder(0) != c->EpochOrder(0));
+  o.shuffle = false;
+  auto seq = Make(f.reader.get(), o, &ring);
+  auto s = seq->EpochOrder(5);
+  for (uint64_t i = 0; i < 200; ++i) REQUIRE(s[i] == i);
+}
+
+TEST_CASE("rank partitions are disjoint, covering and equal in batch count", "[loader]") {
+  for (uint64_t n : {120ull, 123ull}) {
+    Fixture f(n, MakeShape({2}));
+    const int w = 4;
+    std::multiset<uint64_t> all;
+    std::set<uint64_t> batches;
+    for (int r = 0; r < w; ++r) {
+      LoaderOptions o;
+      o.batch_size = 8;
+      o.rank = r;
+      o.world_size = w;
+      o.seed = 5;
+      Ring ring(2, 8, 2);
+      auto l = Make(f.reader.get(), o, &ring);
+      auto order = l->EpochOrder(2);
+      all.insert(order.begin(), order.end());
+      batches.insert(l->batches_per_epoch());
+    }
+    CHECK(batches.size() == 1);
+    // Covering; disjoint when W divides n, else padded by wrap-around.
+    CHECK(std::set<uint64_t>(all.begin(), all.end()).size() == n);
+    CHECK(all.size() == (n + w - 1) / w * w);
+  }
+}
+
+TEST_CASE("resume mid-epoch yields exactly the remaining batches", "[loader]") {
+  Fixture f(90, MakeShape({3, 4, 4}));
+  LoaderOptions o;
+  o.batch_size = 7;
+  o.seed = 9;
+  Ring ring(4, 7, 48);
+  auto l = Make(f.reader.get(), o, &ring);
+  Epoch full = RunEpoch(l.get(), &ring, 3);
+  Epoch tail = RunEpoch(l.get(), &ring, 3, 5);
+  REQUIRE(tail.samples.size() == full.samples.size() - 35);
+  for (size_t k = 0; k < tail.samples.size(); ++k) REQUIRE(tail.samples[k] == full.samples[k + 35]);
+  CHECK(l->position().batch == l->batches_per_epoch());
+}
+
+TEST_CASE("crop and flip produce the right pixels", "[loader]") {
+  const uint32_t C = 2, H = 9, W = 12, K = 5;
+  Fixture f(40, MakeShape({C, H, W}));
+  auto txn = f.reader->BeginRead();
+  auto window = [&](uint64_t idx, uint32_t y0, uint32_t x0, bool flip) {
+    RecordView v;
+    REQUIRE(txn->Get(idx, &v).ok());
+    std::vector<uint8_t> out;
+    for (uint32_t c = 0; c < C; ++c)
+      for (uint32_t y = 0; y < K; ++y)
+        for (uint32_t x = 0; x < K; ++x)
+          out.push_back(v.data[(c * H + y0 + y) * W + x0 + (flip ? K - 1 - x : x)]);
+    return out;
+  };
+  SECTION("center crop, as torchvision rounds it") {
+    LoaderOptions o;
+    o.shuffle = false;
+    o.crop = K;
+    Ring ring(2, 256, C * K * K);
+    auto l = Make(f.reader.get(), o, &ring);
+    Epoch e = RunEpoch(l.get(), &ring, 0);
+    // round((9-5)/2) = 2, round((12-5)/2) = round(3.5) = 4
+    for (uint64_t i = 0; i < 40; ++i) REQUIRE(e.samples[i] == window(i, 2, 4, false));
+  }
+  SECTION("random crop and flip: a valid window, seeded, both flips seen") {
+    LoaderOptions o;
+    o.shuffle = false;
+    o.crop = K;
+    o.random_crop = true;
+    o.random_flip = true;
+    o.seed = 77;
+    Ring ring(2, 256, C * K * K);
+    auto l = Make(f.reader.get(), o, &ring);
+    Epoch e = RunEpoch(l.get(), &ring, 0);
+    Epoch again = RunEpoch(l.get(), &ring, 0);
+    Epoch next = RunEpoch(l.get(), &ring, 1);
+    CHECK(e.samples == again.samples);
+    CHECK(e.samples != next.samples);
+    int flips = 0;
+    std::set<std::pair<uint32_t, uint32_t>> offsets;
+    for (uint64_t i = 0; i < 40; ++i) {
+      bool found = false;
+      for (uint32_t y0 = 0; y0 <= H - K && !found; ++y0)
+        for (uint32_t x0 = 0; x0 <= W - K && !found; ++x0)
+          for (bool fl : {false, true})
+            if (!found && e.samples[i] == window(i, y0, x0, fl)) {
+              found = true;
+              flips += fl;
+              offsets.insert({y0, x0});
+            }
+      REQUIRE(found);
+    }
+    CHECK(flips > 5);
+    CHECK(flips < 35);
+    CHECK(offsets.size() > 5);
+  }
+}
+
+TEST_CASE("slots are reused with no allocation after warm-up", "[loader]") {
+  Fixture f(400, MakeShape({3, 8, 8}), DType::kFloat16);
+  LoaderOptions o;
+  o.batch_size = 16;
+  Ring ring(3, 16, 384);
+  auto l = Make(f.reader.get(), o, &ring);
+  REQUIRE(l->StartEpoch(0).ok());
+  std::vector<int> seen;
+  seen.reserve(25);
+  bool all_ok = true;  // no Catch macro inside: they allocate
+  for (int k = 0; k < 25; ++k) {
+    if (k == 5) {
+      g_allocs = 0;
+      g_count_allocs = true;
+    }
+    Batch b;
+    all_ok = l->Next(&b).ok() && all_ok;
+    seen.push_back(b.slot);
+    l->Release(b.slot);
+  }
+  g_count_allocs = false;
+  CHECK(all_ok);
+  CHECK(g_allocs == 0);
+  for (size_t k = 0; k < seen.size(); ++k) CHECK(seen[k] == static_cast<int>(k % 3));
+}
+
+TEST_CASE("a damaged record fails the batch naming it", "[loader]") {
+  Fixture f(30, MakeShape({16}));
+  LoaderOptions o;
+  o.verify_checksums = true;
+  o.batch_size = 30;
+  Ring ring(1, 30, 16);
+  // Options that cannot work are refused up front.
+  LoaderOptions bad = o;
+  bad.crop = 4;
+  std::unique_ptr<Loader> l;
+  CHECK(Loader::Open(f.reader.get(), bad, ring.slots, &l).IsInvalidArgument());
+  bad = o;
+  bad.rank = 3;
+  CHECK(Loader::Open(f.reader.get(), bad, ring.slots, &l).IsInvalidArgument());
+}
+
+TEST_CASE("kiln bench reports the loader against its memcpy floor", "[loader]") {
+  TempDir dir;
+  WriteTestCache(dir.path(), 64, DType::kFloat16, MakeShape({3, 16, 16}));
+  std::string out;
+  REQUIRE(RunCommand(std::string(KILN_BIN) + " bench " + dir.path() + " --batch 16 --epochs 1", &out) == 0);
+  CHECK_THAT(out, Catch::Contains("epoch 0:") && Catch::Contains("loader / floor = ") &&
+                      Catch::Contains("RssAnon"));
+  CHECK(RunCommand(std::string(KILN_BIN) + " bench " + dir.path() + " --device cuda", &out) == 2);
+}
