@@ -1,0 +1,103 @@
+// BuildCache: decode, resize and normalize a raw image dataset once into a
+// kiln cache, with a oneTBB pipeline (serial reader of chunks -> parallel
+// decode/resize/normalize into pooled buffers -> serial in-order writer).
+//
+// Memory is bounded by tokens x chunk x record size whatever the dataset.
+// Output is deterministic: the same sources and options give byte-identical
+// shards for any thread count. A build killed at any moment resumes from its
+// last committed record when run again with the same options.
+#ifndef KILN_BUILD_BUILD_H_
+#define KILN_BUILD_BUILD_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kiln/record.h"
+#include "kiln/status.h"
+
+namespace kiln::build {
+
+// One input file. `rel_path` is relative to the source root, '/'-separated.
+struct SourceItem {
+  std::string rel_path;
+  int64_t label = -1;
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;
+};
+
+struct SourceList {
+  std::string root;                  // absolute path of the source root
+  std::string layout;                // "imagefolder", "list" or "csv"
+  std::vector<std::string> classes;  // label i names classes[i]
+  std::vector<SourceItem> items;     // sorted by rel_path
+};
+
+// ImageFolder: ROOT/<class>/<file>; classes sorted by name, exactly as
+// torchvision's ImageFolder, so labels agree with PyTorch. Only files with
+// an image extension are listed (torchvision's IMG_EXTENSIONS + .webp/.tif).
+// An empty class folder is an InvalidArgument naming it.
+Status ListImageFolder(const std::string& root, SourceList* out);
+// A list file of "relative/path label" lines (Caffe's convert_imageset), or
+// a CSV with a header "path,label" (label a class name or an index): chosen
+// by the ".csv" extension. Paths are relative to `root`; a line that does
+// not parse or a path outside root is an InvalidArgument naming the line.
+Status ReadSourceList(const std::string& root, const std::string& list_path, SourceList* out);
+
+// XXH3 digest (hex) of the sorted (path, label, size, mtime) list.
+std::string SourceDigest(const SourceList& list);
+
+struct BuildOptions {
+  std::string src;                  // source root directory
+  std::string out;                  // cache directory (OUT/train, OUT/val with val_fraction)
+  std::string list_file;            // "" = ImageFolder layout under src
+  int resize = 0;                   // shorter side -> resize (torchvision Resize(S)); 0 = none
+  int crop = 0;                     // center crop C x C; 0 = none
+  int size_w = 0, size_h = 0;       // squash to W x H instead; 0 = none
+  int channels = 3;                 // 1 or 3
+  DType dtype = DType::kFloat16;    // float16/float32: normalized; uint8: raw pixels
+  std::string norm = "none";        // none (mean 0, std 1), imagenet, auto, or explicit
+  std::vector<double> mean, std;    // explicit per-channel values (norm = "explicit")
+  uint64_t stats_sample = 0;        // norm auto: seeded sample of N images; 0 = all
+  double val_fraction = 0;          // > 0: OUT/train and OUT/val split by path hash
+  int64_t shuffle_seed = -1;        // >= 0: write a seeded permutation of the records
+  uint64_t shard_size = 4ull << 30; // record bytes per shard
+  int threads = 0;                  // 0 = all cores
+  int64_t max_pixels = 100'000'000; // reject headers claiming more pixels
+  bool strict = false;              // any rejected input fails the build (exit 1)
+  bool force = false;               // rebuild when sources or options changed
+};
+
+struct BuildProgress {
+  uint64_t done = 0, total = 0;
+  uint64_t bytes_written = 0;
+  double seconds = 0;
+  bool final = false;
+};
+
+struct BuildResult {
+  uint64_t written = 0;
+  uint64_t rejected = 0;
+  uint64_t bytes = 0;        // record bytes written by this run
+  double seconds = 0;
+  bool up_to_date = false;   // nothing to do
+  bool resumed = false;      // continued an interrupted build
+  std::vector<std::string> caches;  // directories written
+  std::string first_reject;  // "path: reason"
+};
+
+// Called from the writer thread; may print.
+using ProgressFn = std::function<void(const std::string& cache, const BuildProgress&)>;
+using InfoFn = std::function<void(const std::string& line)>;
+
+// Builds (or resumes, or confirms up to date) the cache(s) described by
+// `options`. Returns InvalidArgument for bad options or layouts, Stale when
+// OUT holds a cache made from other sources/options and !force, Corruption
+// under strict when an input is rejected (naming the first), IOError.
+Status BuildCache(const BuildOptions& options, const ProgressFn& progress, const InfoFn& info,
+                  BuildResult* result);
+
+}  // namespace kiln::build
+
+#endif  // KILN_BUILD_BUILD_H_

@@ -1,0 +1,295 @@
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <map>
+
+#include "kiln/build/build.h"
+#include "kiln/cache_reader.h"
+#include "kiln/image/decode.h"
+#include "kiln/verify.h"
+#include "test_util.h"
+
+using namespace kiln;
+using namespace kiln::testing;
+namespace fs = std::filesystem;
+
+namespace {
+const std::string kFashion = std::string(KILN_SAMPLE_DATA) + "/fashion/train";
+const std::string kPhotos = std::string(KILN_SAMPLE_DATA) + "/photos";
+
+int Kiln(const std::string& args, std::string* out) {
+  return RunCommand(std::string(KILN_BIN) + " " + args, out);
+}
+
+// Every shard file and the manifest of a cache, by name.
+std::map<std::string, std::string> CacheFiles(const std::string& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind("shard-", 0) == 0 || n == "manifest.json") files[n] = ReadFile(e.path().string());
+  }
+  return files;
+}
+
+// An ImageFolder of `per_class` copies of each photo, in two classes.
+void MakePhotoFolder(const std::string& root, int per_class) {
+  int k = 0;
+  for (const auto& e : fs::directory_iterator(kPhotos)) {
+    for (int i = 0; i < per_class; ++i) {
+      const std::string cls = (k++ % 2) ? "dogs" : "cats";
+      fs::create_directories(root + "/" + cls);
+      fs::copy_file(e.path(), root + "/" + cls + "/" + std::to_string(k) + "_" +
+                                  e.path().filename().string());
+    }
+  }
+}
+
+double HalfToFloat(uint16_t h) {
+  const int e = (h >> 10) & 0x1F, m = h & 0x3FF;
+  const double s = (h & 0x8000) ? -1 : 1;
+  if (e == 0) return s * std::ldexp(m, -24);
+  return s * std::ldexp(1024 + m, e - 25);
+}
+}  // namespace
+
+TEST_CASE("ImageFolder labels follow torchvision's sorted class order", "[build]") {
+  TempDir dir;
+  for (const char* c : {"b", "a", "C", "a_2"}) {
+    fs::create_directories(dir / c);
+    fs::copy_file(kPhotos + "/chelsea.jpg", dir / (std::string(c) + "/x.jpg"));
+  }
+  build::SourceList list;
+  REQUIRE(build::ListImageFolder(dir.path(), &list).ok());
+  // Python's sorted(): code-point order, upper case first.
+  CHECK(list.classes == std::vector<std::string>{"C", "a", "a_2", "b"});
+  REQUIRE(list.items.size() == 4);
+  CHECK(list.items[0].rel_path == "C/x.jpg");
+  CHECK(list.items[0].label == 0);
+  CHECK(list.items[3].label == 3);
+}
+
+TEST_CASE("an empty class folder is an error naming it", "[build]") {
+  TempDir dir;
+  fs::create_directories(dir / "full");
+  fs::create_directories(dir / "empty");
+  fs::copy_file(kPhotos + "/chelsea.jpg", dir / "full/x.jpg");
+  build::SourceList list;
+  Status s = build::ListImageFolder(dir.path(), &list);
+  CHECK(s.IsInvalidArgument());
+  CHECK_THAT(s.message(), Catch::Contains("empty"));
+}
+
+TEST_CASE("kiln build of the Fashion-MNIST sample: labels, shape, pixels", "[build]") {
+  TempDir out;
+  std::string log;
+  REQUIRE(Kiln("build " + kFashion + " " + out.path() +
+                   " --channels 1 --dtype float16 --mean 0.5 --std 0.25 --progress none",
+               &log) == 0);
+  CHECK_THAT(log, Catch::Contains("300 written, 0 rejected"));
+  std::unique_ptr<CacheReader> r;
+  REQUIRE(CacheReader::Open(out.path(), ReaderOptions(), &r).ok());
+  const Manifest& m = r->manifest();
+  CHECK(m.count == 300);
+  CHECK(m.shape.ToString() == "1x28x28");
+  CHECK(m.classes.size() == 10);
+  CHECK(m.classes[0] == "0_tshirt_top");
+  build::SourceList list;
+  REQUIRE(build::ListImageFolder(kFashion, &list).ok());
+  auto txn = r->BeginRead();
+  for (uint64_t i : {0ull, 29ull, 30ull, 150ull, 299ull}) {
+    RecordView v;
+    REQUIRE(txn->Get(i, &v, true).ok());
+    CHECK(v.label == list.items[i].label);
+    // The record is (x/255 - 0.5) / 0.25 of the PNG's pixels, in fp16.
+    const std::string png = ReadFile(list.root + "/" + list.items[i].rel_path);
+    image::ImageU8 img;
+    image::DecodeOptions o;
+    o.channels = 1;
+    REQUIRE(image::Decode(reinterpret_cast<const uint8_t*>(png.data()), png.size(), "png", o, &img).ok());
+    const uint16_t* h = reinterpret_cast<const uint16_t*>(v.data);
+    for (int p = 0; p < 28 * 28; p += 37) {
+      const double want = (img.pixels[p] / 255.0 - 0.5) / 0.25;
+      REQUIRE(std::abs(HalfToFloat(h[p]) - want) <= 2e-3);
+    }
+  }
+  CHECK(Kiln("verify " + out.path(), &log) == 0);
+}
+
+TEST_CASE("builds are byte-identical across thread counts", "[build]") {
+  TempDir a, b;
+  build::BuildOptions o;
+  o.src = kFashion;
+  o.channels = 1;
+  o.norm = "auto";
+  o.shuffle_seed = 7;
+  o.shard_size = 100 * 28 * 28 * 2;  // several shards
+  build::BuildResult r;
+  o.out = a.path();
+  o.threads = 1;
+  REQUIRE(build::BuildCache(o, nullptr, nullptr, &r).ok());
+  o.out = b.path();
+  o.threads = 2;
+  REQUIRE(build::BuildCache(o, nullptr, nullptr, &r).ok());
+  auto fa = CacheFiles(a.path()), fb = CacheFiles(b.path());
+  CHECK(fa.size() == 4);  // 3 shards + manifest
+  // The manifests differ only in... nothing: same sources, same options.
+  CHECK(fa == fb);
+}
+
+TEST_CASE("the same build again is up to date, changed sources need force", "[build]") {
+  TempDir src, out;
+  fs::copy(kFashion, src.path(), fs::copy_options::recursive);
+  const std::string cmd = "build " + src.path() + " " + out.path() + " --channels 1 --progress none";
+  std::string log;
+  REQUIRE(Kiln(cmd, &log) == 0);
+  const auto before = CacheFiles(out.path());
+  REQUIRE(Kiln(cmd, &log) == 0);
+  CHECK_THAT(log, Catch::Contains("up to date"));
+  CHECK(CacheFiles(out.path()) == before);
+  // Options changed.
+  CHECK(Kiln(cmd + " --dtype float32", &log) == 1);
+  CHECK_THAT(log, Catch::Contains("dtype") && Catch::Contains("--force"));
+  CHECK(CacheFiles(out.path()) == before);  // nothing lost
+  // A source changed.
+  fs::remove(src / "3_dress/00003.png");
+  const std::string first = fs::directory_iterator(src / "3_dress")->path().string();
+  fs::remove(first);
+  CHECK(Kiln(cmd, &log) == 1);
+  CHECK_THAT(log, Catch::Contains("source"));
+  REQUIRE(Kiln(cmd + " --force", &log) == 0);
+  std::unique_ptr<CacheReader> r;
+  REQUIRE(CacheReader::Open(out.path(), ReaderOptions(), &r).ok());
+  CHECK(r->size() == 298);
+}
+
+TEST_CASE("a build killed with SIGKILL resumes to identical shards", "[build]") {
+  TempDir src, ref, out;
+  MakePhotoFolder(src.path(), 60);  // 420 JPEGs
+  const std::string args = src.path() + " %s --resize 64 --crop 56 --dtype float32 --threads 1 "
+                           "--shard-size 2M --progress none";
+  auto cmd = [&](const std::string& dir) {
+    char buf[1024];
+    std::snprintf(buf, sizeof(buf), args.c_str(), dir.c_str());
+    return std::string(buf);
+  };
+  std::string log;
+  REQUIRE(Kiln("build " + cmd(ref.path()), &log) == 0);
+  bool resumed = false;
+  for (int attempt = 0; attempt < 5 && !resumed; ++attempt) {
+    fs::remove_all(out.path());
+    fs::create_directories(out.path());
+    pid_t pid = fork();
+    if (pid == 0) {
+      const std::string c = cmd(out.path());
+      execl("/bin/sh", "sh", "-c", (std::string(KILN_BIN) + " build " + c + " >/dev/null 2>&1").c_str(),
+            (char*)nullptr);
+      _exit(127);
+    }
+    // Kill once the second shard exists: the first is committed by then.
+    for (int i = 0; i < 4000 && !fs::exists(out / "shard-00001.mdb"); ++i) usleep(1000);
+    usleep(20000 * attempt);
+    kill(pid, SIGKILL);
+    int st;
+    waitpid(pid, &st, 0);
+    kill(0, 0);
+    // sh -c may have forked kiln as a child: make sure it is gone too.
+    std::string ignored;
+    RunCommand("pkill -9 -f 'build " + src.path() + " " + out.path() + "'", &ignored);
+    usleep(50000);
+    if (fs::exists(out / "manifest.json")) continue;  // finished before the kill
+    REQUIRE(Kiln("build " + cmd(out.path()), &log) == 0);
+    resumed = log.find("resuming") != std::string::npos;
+  }
+  REQUIRE(resumed);
+  CHECK(CacheFiles(out.path()) == CacheFiles(ref.path()));
+  VerifyReport rep;
+  REQUIRE(VerifyCache(out.path(), VerifyOptions(), &rep).ok());
+  CHECK(rep.clean());
+}
+
+TEST_CASE("bad inputs are skipped and listed, strict fails naming the first", "[build]") {
+  TempDir src, out, strict_out;
+  fs::create_directories(src / "a");
+  fs::create_directories(src / "b");
+  fs::copy_file(kPhotos + "/chelsea.jpg", src / "a/good.jpg");
+  fs::copy_file(kPhotos + "/coffee.jpg", src / "b/good.jpg");
+  const std::string jpeg = ReadFile(kPhotos + "/rocket.jpg");
+  WriteFile(src / "a/truncated.jpg", jpeg.substr(0, jpeg.size() / 2));
+  WriteFile(src / "a/empty.png", "");
+  WriteFile(src / "b/text.jpg", "this is not an image\n");
+  std::string corrupt = jpeg;
+  for (size_t i = 600; i < corrupt.size(); i += 7) corrupt[i] = static_cast<char>(i);
+  WriteFile(src / "b/corrupt.jpg", corrupt);
+  fs::copy_file(kPhotos + "/hubble_deep_field.jpg", src / "b/huge.jpg");
+  std::string log;
+  // hubble is 1000x872 = 872000 pixels: over the limit below.
+  const std::string opts = " --resize 64 --crop 64 --max-pixels 500000 --progress none";
+  REQUIRE(Kiln("build " + src.path() + " " + out.path() + opts, &log) == 0);
+  CHECK_THAT(log, Catch::Contains("2 written, 5 rejected"));
+  const std::string tsv = ReadFile(out / "rejects.tsv");
+  for (const char* f : {"a/truncated.jpg", "a/empty.png", "b/text.jpg", "b/corrupt.jpg", "b/huge.jpg"})
+    CHECK_THAT(tsv, Catch::Contains(f));
+  CHECK_THAT(tsv, Catch::Contains("max-pixels"));
+  CHECK(Kiln("verify " + out.path(), &log) == 0);
+  CHECK(Kiln("build " + src.path() + " " + strict_out.path() + opts + " --strict", &log) == 1);
+  CHECK_THAT(log, Catch::Contains("a/empty.png") && Catch::Contains("--strict"));
+  CHECK_FALSE(fs::exists(strict_out / "manifest.json"));
+}
+
+TEST_CASE("list files and CSV", "[build]") {
+  TempDir out;
+  const std::string root = KILN_SAMPLE_DATA;
+  SECTION("list file with numeric labels") {
+    WriteFile(out / "list.txt", "photos/chelsea.jpg 1\nphotos/coffee.jpg 0\n");
+    std::string log;
+    REQUIRE(Kiln("build " + root + " " + (out / "c") + " --list " + (out / "list.txt") +
+                     " --size 32x24 --dtype uint8 --progress none",
+                 &log) == 0);
+    std::unique_ptr<CacheReader> r;
+    REQUIRE(CacheReader::Open(out / "c", ReaderOptions(), &r).ok());
+    CHECK(r->manifest().shape.ToString() == "3x24x32");
+    RecordView v;
+    auto txn = r->BeginRead();
+    REQUIRE(txn->Get(0, &v).ok());
+    CHECK(v.label == 1);  // records in sorted path order: chelsea first
+  }
+  SECTION("CSV with class names") {
+    WriteFile(out / "l.csv", "path,label\nphotos/rocket.jpg,space\nphotos/chelsea.jpg,cat\n");
+    build::SourceList list;
+    REQUIRE(build::ReadSourceList(root, out / "l.csv", &list).ok());
+    CHECK(list.classes == std::vector<std::string>{"cat", "space"});
+    CHECK(list.items[1].label == 1);
+  }
+  SECTION("bad lines name the line") {
+    WriteFile(out / "bad.txt", "photos/chelsea.jpg 1\nnolabel\n");
+    build::SourceList list;
+    Status s = build::ReadSourceList(root, out / "bad.txt", &list);
+    CHECK(s.IsInvalidArgument());
+    CHECK_THAT(s.message(), Catch::Contains("bad.txt:2"));
+    WriteFile(out / "escape.txt", "../etc/passwd 1\n");
+    s = build::ReadSourceList(root, out / "escape.txt", &list);
+    CHECK_THAT(s.message(), Catch::Contains("outside"));
+  }
+}
+
+TEST_CASE("val-fraction splits deterministically by path", "[build]") {
+  TempDir out;
+  build::BuildOptions o;
+  o.src = kFashion;
+  o.out = out.path();
+  o.channels = 1;
+  o.val_fraction = 0.2;
+  build::BuildResult r;
+  REQUIRE(build::BuildCache(o, nullptr, nullptr, &r).ok());
+  std::unique_ptr<CacheReader> tr, va;
+  REQUIRE(CacheReader::Open(out / "train", ReaderOptions(), &tr).ok());
+  REQUIRE(CacheReader::Open(out / "val", ReaderOptions(), &va).ok());
+  CHECK(tr->size() + va->size() == 300);
+  CHECK(va->size() > 30);
+  CHECK(va->size() < 90);
+}
