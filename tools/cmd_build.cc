@@ -109,6 +109,8 @@ int RunBuild(BuildArgs& a) {
   return kExitOk;
 }
 
+const bool kSourceVerifier = RegisterSourceVerifier(build::VerifyWithSources);
+
 KILN_COMMAND(Command{
     "build", "Decode, resize and normalize an image dataset once into a cache", 10,
     [](CLI::App* sub) -> std::function<int()> {

@@ -24,6 +24,22 @@ std::vector<Command> RegisteredCommands() {
   return v;
 }
 
+namespace {
+SourceVerifier& SourceVerifierSlot() {
+  static SourceVerifier fn;
+  return fn;
+}
+}  // namespace
+
+bool RegisterSourceVerifier(SourceVerifier fn) {
+  SourceVerifierSlot() = std::move(fn);
+  return true;
+}
+
+const SourceVerifier* GetSourceVerifier() {
+  return SourceVerifierSlot() ? &SourceVerifierSlot() : nullptr;
+}
+
 int ReportError(const std::string& cmd, const Status& s) {
   std::cerr << "kiln " << cmd << ": " << s.ToString() << "\n";
   return (s.IsCorruption() || s.IsStale()) ? kExitBadData : kExitUsage;

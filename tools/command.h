@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kiln/status.h"
+#include "kiln/verify.h"
 
 namespace kiln::tools {
 
@@ -31,6 +32,13 @@ struct Command {
 };
 
 bool RegisterCommand(Command command);
+
+// `kiln verify --level sources|deep` needs kiln::build; cmd_build.cc
+// registers it here, so a kiln built without images says so instead.
+using SourceVerifier = std::function<Status(const std::string& dir, const VerifyOptions& options,
+                                            uint64_t sample, uint64_t seed, VerifyReport* report)>;
+bool RegisterSourceVerifier(SourceVerifier fn);
+const SourceVerifier* GetSourceVerifier();
 std::vector<Command> RegisteredCommands();  // sorted by order
 
 // Prints "kiln <cmd>: <status>" to stderr and returns the exit code for it:

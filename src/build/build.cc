@@ -16,16 +16,19 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
 #include <set>
 
+#include "kiln/cache_reader.h"
 #include "kiln/cache_writer.h"
 #include "kiln/image/decode.h"
 #include "kiln/image/transform.h"
 #include "kiln/manifest.h"
+#include "kiln/verify.h"
 
 namespace kiln::build {
 
@@ -38,6 +41,7 @@ constexpr size_t kChunk = 16;            // items per pipeline token
 constexpr const char* kBuildState = "build.json";  // the options of the build in progress
 constexpr const char* kRejectLog = "rejects.partial";
 constexpr const char* kRejects = "rejects.tsv";
+constexpr const char* kSourcesTsv = "sources.tsv";
 
 image::DType ImageDType(DType d) {
   switch (d) {
@@ -361,7 +365,8 @@ class Builder {
       if (fs::exists(plan.dir, ec))
         for (const auto& e : fs::directory_iterator(plan.dir)) {
           const std::string n = e.path().filename().string();
-          if (n.rfind(kShardPrefix, 0) == 0 || n == kRejectLog || n == kRejects || n == kBuildState)
+          if (n.rfind(kShardPrefix, 0) == 0 || n == kRejectLog || n == kRejects || n == kBuildState ||
+              n == kSourcesTsv)
             fs::remove(e.path(), ec);
         }
       fs::create_directories(plan.dir, ec);
@@ -435,6 +440,7 @@ class Builder {
     };
 
     size_t next = start;
+    std::set<size_t> rejected_now;
     Status failure;
     uint64_t written = 0, rejected = 0;
     auto last_report = std::chrono::steady_clock::now();
@@ -493,6 +499,7 @@ class Builder {
                         ++written;
                       } else if (!rejected_before.count(k)) {
                         ++rejected;
+                        rejected_now.insert(k);
                         std::string reason = s.message();
                         for (char& ch : reason)
                           if (ch == '\t' || ch == '\n') ch = ' ';
@@ -534,6 +541,7 @@ class Builder {
     }
     if (writer->next_index() == 0)
       return Status::Corruption(plan.dir + ": every input was rejected (see " + kRejects + ")");
+    KILN_RETURN_IF_ERROR(WriteSourcesTsv(plan, rejected_before, rejected_now));
     Manifest m;
     m.classes = src_.classes;
     m.preprocessing_json = pre.dump();
@@ -546,6 +554,70 @@ class Builder {
     return Status::OK();
   }
 
+  // sources.tsv: every source file of the build with its size and mtime,
+  // and the record it became (-1: rejected or in the other split), so that
+  // verify can say which files were added, removed or changed, and map a
+  // record back to its file.
+  Status WriteSourcesTsv(const Plan& plan, const std::set<size_t>& a, const std::set<size_t>& b) {
+    std::vector<int64_t> record(src_.items.size(), -1);
+    int64_t next = 0;
+    for (size_t k = 0; k < plan.order.size(); ++k)
+      if (!a.count(k) && !b.count(k)) record[plan.order[k]] = next++;
+    std::string out = "record\tpath\tlabel\tsize\tmtime_ns\n";
+    for (size_t i = 0; i < src_.items.size(); ++i) {
+      const SourceItem& it = src_.items[i];
+      out += std::to_string(record[i]) + "\t" + it.rel_path + "\t" + std::to_string(it.label) + "\t" +
+             std::to_string(it.size) + "\t" + std::to_string(it.mtime_ns) + "\n";
+    }
+    std::ofstream f(plan.dir + "/" + kSourcesTsv, std::ios::trunc);
+    f << out;
+    f.flush();
+    return f ? Status::OK() : Status::IOError(plan.dir + "/" + kSourcesTsv + ": cannot write");
+  }
+
+ public:
+  // Sets up preprocessing from a finished cache's manifest, for re-checks.
+  Status InitFromManifest(const Manifest& m, const json& pre) {
+    try {
+      const json& src = pre.at("source");
+      opt_.src = src.at("root").get<std::string>();
+      opt_.list_file = src.value("list_file", std::string());
+      opt_.resize = pre.at("resize").get<int>();
+      opt_.crop = pre.at("crop").get<int>();
+      opt_.size_w = pre.at("size").at(0).get<int>();
+      opt_.size_h = pre.at("size").at(1).get<int>();
+      opt_.channels = pre.at("channels").get<int>();
+      KILN_RETURN_IF_ERROR(ParseDType(pre.at("dtype").get<std::string>(), &opt_.dtype));
+      opt_.max_pixels = pre.at("max_pixels").get<int64_t>();
+      mean_ = pre.at("mean").get<std::vector<double>>();
+      std_ = pre.at("std").get<std::vector<double>>();
+    } catch (const json::exception& e) {
+      return Status::Corruption("manifest preprocessing lacks what a re-check needs (" +
+                                std::string(e.what()) + "); was the cache made by kiln build?");
+    }
+    mean_f_.assign(mean_.begin(), mean_.end());
+    std_f_.assign(std_.begin(), std_.end());
+    spec_.resize_shorter = opt_.resize;
+    spec_.crop = opt_.crop;
+    spec_.squash_w = opt_.size_w;
+    spec_.squash_h = opt_.size_h;
+    shape_ = m.shape;
+    record_bytes_ = shape_.NumElements() * DTypeSize(opt_.dtype);
+    src_.root = opt_.src;
+    return Status::OK();
+  }
+  Status ListSources(SourceList* out) const {
+    return opt_.list_file.empty() ? ListImageFolder(opt_.src, out)
+                                  : ReadSourceList(opt_.src, opt_.list_file, out);
+  }
+  Status Reprocess(const SourceItem& it, void* dst) {
+    std::vector<uint8_t> scratch;
+    image::ImageU8 dec, res;
+    return Process(it, &scratch, &dec, &res, dst, true);
+  }
+  uint64_t record_bytes() const { return record_bytes_; }
+
+ private:
   BuildOptions opt_;
   const ProgressFn& progress_;
   const InfoFn& info_;
@@ -566,6 +638,143 @@ Status BuildCache(const BuildOptions& options, const ProgressFn& progress, const
   ProgressFn p = progress ? progress : [](const std::string&, const BuildProgress&) {};
   InfoFn i = info ? info : [](const std::string&) {};
   return Builder(options, p, i, result).Run();
+}
+
+}  // namespace kiln::build
+
+namespace kiln::build {
+
+namespace {
+struct RecordedSource {
+  int64_t record = -1;
+  SourceItem item;
+};
+
+Status ReadSourcesTsv(const std::string& path, std::vector<RecordedSource>* out) {
+  std::ifstream in(path);
+  if (!in) return Status::NotFound(path + ": missing (the cache was not made by kiln build)");
+  std::string line;
+  std::getline(in, line);  // header
+  int lineno = 1;
+  while (std::getline(in, line)) {
+    ++lineno;
+    std::vector<std::string> f;
+    size_t pos = 0, tab;
+    while ((tab = line.find('\t', pos)) != std::string::npos) {
+      f.push_back(line.substr(pos, tab - pos));
+      pos = tab + 1;
+    }
+    f.push_back(line.substr(pos));
+    if (f.size() != 5) return Status::Corruption(path + ":" + std::to_string(lineno) + ": bad line");
+    RecordedSource r;
+    try {
+      r.record = std::stoll(f[0]);
+      r.item.rel_path = f[1];
+      r.item.label = std::stoll(f[2]);
+      r.item.size = std::stoull(f[3]);
+      r.item.mtime_ns = std::stoll(f[4]);
+    } catch (...) {
+      return Status::Corruption(path + ":" + std::to_string(lineno) + ": bad number");
+    }
+    out->push_back(std::move(r));
+  }
+  return Status::OK();
+}
+}  // namespace
+
+Status VerifyWithSources(const std::string& dir, const VerifyOptions& options, uint64_t sample,
+                         uint64_t seed, VerifyReport* report) {
+  VerifyOptions core = options;
+  if (core.level > VerifyLevel::kFull) core.level = VerifyLevel::kFull;
+  KILN_RETURN_IF_ERROR(VerifyCache(dir, core, report));
+  report->level = options.level;
+  if (options.level <= VerifyLevel::kFull) return Status::OK();
+  const auto t0 = std::chrono::steady_clock::now();
+  auto problem = [&](int64_t index, const std::string& source, const std::string& what) {
+    report->problems.push_back({index, "", source, what});
+  };
+  Manifest m;
+  if (!ReadManifest(dir, &m).ok()) return Status::OK();  // already reported
+  std::vector<RecordedSource> recorded;
+  Status s = ReadSourcesTsv(dir + "/" + kSourcesTsv, &recorded);
+  if (!s.ok()) {
+    problem(-1, "", s.message() + "; cannot compare with the sources");
+    return Status::OK();
+  }
+  std::map<std::string, const RecordedSource*> by_path;
+  std::map<int64_t, const RecordedSource*> by_record;
+  for (const auto& r : recorded) {
+    by_path[r.item.rel_path] = &r;
+    if (r.record >= 0) by_record[r.record] = &r;
+  }
+  // Name the source of every record-level problem found so far.
+  for (auto& p : report->problems)
+    if (p.index >= 0 && by_record.count(p.index) && p.source.empty())
+      p.source = by_record[p.index]->item.rel_path;
+
+  const json pre = json::parse(m.preprocessing_json, nullptr, false);
+  BuildOptions bo;
+  ProgressFn no_progress = [](const std::string&, const BuildProgress&) {};
+  InfoFn no_info = [](const std::string&) {};
+  BuildResult unused;
+  Builder builder(bo, no_progress, no_info, &unused);
+  s = builder.InitFromManifest(m, pre);
+  if (!s.ok()) {
+    problem(-1, "", s.message());
+    return Status::OK();
+  }
+  SourceList now;
+  s = builder.ListSources(&now);
+  if (!s.ok()) {
+    problem(-1, "", "cannot list the sources again: " + s.message());
+    return Status::OK();
+  }
+  std::set<std::string> seen;
+  for (const SourceItem& it : now.items) {
+    seen.insert(it.rel_path);
+    auto f = by_path.find(it.rel_path);
+    if (f == by_path.end()) {
+      problem(-1, it.rel_path, "source file added since the build (the cache is stale)");
+    } else if (f->second->item.size != it.size || f->second->item.mtime_ns != it.mtime_ns ||
+               f->second->item.label != it.label) {
+      problem(f->second->record, it.rel_path,
+              "source file changed since the build (size, mtime or label; the cache is stale)");
+    }
+  }
+  for (const auto& r : recorded)
+    if (!seen.count(r.item.rel_path))
+      problem(r.record, r.item.rel_path, "source file removed since the build (the cache is stale)");
+
+  if (options.level >= VerifyLevel::kDeep && !by_record.empty()) {
+    std::vector<int64_t> records;
+    for (const auto& kv : by_record) records.push_back(kv.first);
+    std::mt19937_64 rng(seed);
+    std::shuffle(records.begin(), records.end(), rng);
+    if (sample > 0 && sample < records.size()) records.resize(sample);
+    std::sort(records.begin(), records.end());
+    std::unique_ptr<CacheReader> reader;
+    s = CacheReader::Open(dir, ReaderOptions(), &reader);
+    if (s.ok()) {
+      auto txn = reader->BeginRead();
+      std::vector<uint8_t> buf(builder.record_bytes());
+      for (int64_t rec : records) {
+        const SourceItem& it = by_record[rec]->item;
+        RecordView v;
+        if (!txn->Get(static_cast<uint64_t>(rec), &v).ok()) continue;  // reported by full
+        Status ps = builder.Reprocess(it, buf.data());
+        if (!ps.ok()) {
+          problem(rec, it.rel_path, "cannot preprocess the source again: " + ps.message());
+        } else if (v.bytes != buf.size() || std::memcmp(v.data, buf.data(), buf.size()) != 0) {
+          problem(rec, it.rel_path,
+                  "preprocessing the source again gives different bytes than the record");
+        }
+      }
+    }
+  }
+  std::stable_sort(report->problems.begin(), report->problems.end(),
+                   [](const VerifyProblem& a, const VerifyProblem& b) { return a.index < b.index; });
+  report->seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return Status::OK();
 }
 
 }  // namespace kiln::build

@@ -1,4 +1,6 @@
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -292,4 +294,42 @@ TEST_CASE("val-fraction splits deterministically by path", "[build]") {
   CHECK(tr->size() + va->size() == 300);
   CHECK(va->size() > 30);
   CHECK(va->size() < 90);
+}
+
+TEST_CASE("verify sources and deep levels against the build's sources", "[build][verify]") {
+  TempDir src, out;
+  MakePhotoFolder(src.path(), 2);
+  const std::string cache = out / "c";
+  std::string log;
+  REQUIRE(Kiln("build " + src.path() + " " + cache + " --resize 40 --crop 32 --progress none", &log) == 0);
+  for (const char* level : {"quick", "full", "sources", "deep"}) {
+    INFO(level);
+    CHECK(Kiln("verify " + cache + " --level " + level + " --sample 0", &log) == 0);
+  }
+  build::SourceList list;
+  REQUIRE(build::ListImageFolder(src.path(), &list).ok());
+  const std::string victim = list.root + "/" + list.items[3].rel_path;
+  SECTION("a source modified after the build: stale at level sources") {
+    std::string bytes = ReadFile(victim);
+    WriteFile(victim, bytes + "x");
+    CHECK(Kiln("verify " + cache + " --level full", &log) == 0);
+    CHECK(Kiln("verify " + cache + " --level sources", &log) == 1);
+    CHECK_THAT(log, Catch::Contains("record 3") && Catch::Contains(list.items[3].rel_path) &&
+                        Catch::Contains("changed"));
+    fs::copy_file(kPhotos + "/chelsea.jpg", src / "cats/new.jpg");
+    CHECK(Kiln("verify " + cache + " --level sources --json", &log) == 1);
+    CHECK_THAT(log, Catch::Contains("\"source\": \"cats/new.jpg\"") && Catch::Contains("added"));
+  }
+  SECTION("same size and mtime, other pixels: only deep finds it") {
+    struct stat st;
+    REQUIRE(stat(victim.c_str(), &st) == 0);
+    std::string bytes = ReadFile(victim);
+    for (size_t i = bytes.size() / 2; i < bytes.size() / 2 + 40; ++i) bytes[i] = static_cast<char>(bytes[i] ^ 0x55);
+    WriteFile(victim, bytes);
+    const timespec times[2] = {st.st_atim, st.st_mtim};
+    REQUIRE(utimensat(AT_FDCWD, victim.c_str(), times, 0) == 0);
+    CHECK(Kiln("verify " + cache + " --level sources", &log) == 0);
+    CHECK(Kiln("verify " + cache + " --level deep --sample 0", &log) == 1);
+    CHECK_THAT(log, Catch::Contains("record 3") && Catch::Contains(list.items[3].rel_path));
+  }
 }

@@ -16,6 +16,7 @@
 
 #include "kiln/record.h"
 #include "kiln/status.h"
+#include "kiln/verify.h"
 
 namespace kiln::build {
 
@@ -97,6 +98,15 @@ using InfoFn = std::function<void(const std::string& line)>;
 // under strict when an input is rejected (naming the first), IOError.
 Status BuildCache(const BuildOptions& options, const ProgressFn& progress, const InfoFn& info,
                   BuildResult* result);
+
+// Verifies the cache in DIR like VerifyCache and, at level sources, also
+// lists the sources again (from the manifest's recorded root and layout) and
+// compares them with OUT/sources.tsv: files added, removed or changed are
+// problems (the cache is stale). At level deep, `sample` records chosen with
+// `seed` (0 = all) are preprocessed again with the recorded settings and
+// compared byte for byte. Record-level problems get their source path.
+Status VerifyWithSources(const std::string& dir, const VerifyOptions& options, uint64_t sample,
+                         uint64_t seed, VerifyReport* report);
 
 }  // namespace kiln::build
 
