@@ -136,6 +136,9 @@ KILN_COMMAND(Command{
       sub->add_option("--max-pixels", o.max_pixels, "reject images over this many pixels (default 1e8)");
       sub->add_flag("--strict", o.strict, "any rejected input fails the build (exit 1)");
       sub->add_flag("--force", o.force, "rebuild when sources or options changed");
+      sub->add_flag("--repair", o.repair,
+                    "rewrite only the records that verify finds bad, from their sources "
+                    "(same arguments as the original build)");
       sub->add_option("--progress", a->progress, "auto | tty | plain | json | none");
       return [a] { return RunBuild(*a); };
     }});

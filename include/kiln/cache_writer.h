@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kiln/manifest.h"
 #include "kiln/record.h"
@@ -70,6 +71,21 @@ class CacheWriter {
   explicit CacheWriter(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// A replacement for one record of a finished cache.
+struct RecordFix {
+  uint64_t index = 0;
+  int64_t label = -1;
+  const void* payload = nullptr;  // the manifest's shape x dtype bytes
+};
+
+// Rewrites the given records of the finished cache in DIR in place (under
+// the directory lock): each affected shard gets the new values (a deleted
+// record is put back), is compacted again, and the manifest's sizes and
+// digests are recomputed, through the usual temp file + rename. Records not
+// listed are not touched. Returns InvalidArgument for an index outside the
+// cache, IOError when the cache is in use.
+Status RewriteRecords(const std::string& dir, const std::vector<RecordFix>& fixes);
 
 // The name of shard number `i` ("shard-00000.mdb").
 std::string ShardFileName(int i);

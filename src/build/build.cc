@@ -75,6 +75,42 @@ Status ReadFileBytes(const std::string& path, std::vector<uint8_t>* out) {
   return Status::OK();
 }
 
+struct RecordedSource {
+  int64_t record = -1;
+  SourceItem item;
+};
+
+Status ReadSourcesTsv(const std::string& path, std::vector<RecordedSource>* out) {
+  std::ifstream in(path);
+  if (!in) return Status::NotFound(path + ": missing (the cache was not made by kiln build)");
+  std::string line;
+  std::getline(in, line);  // header
+  int lineno = 1;
+  while (std::getline(in, line)) {
+    ++lineno;
+    std::vector<std::string> f;
+    size_t pos = 0, tab;
+    while ((tab = line.find('\t', pos)) != std::string::npos) {
+      f.push_back(line.substr(pos, tab - pos));
+      pos = tab + 1;
+    }
+    f.push_back(line.substr(pos));
+    if (f.size() != 5) return Status::Corruption(path + ":" + std::to_string(lineno) + ": bad line");
+    RecordedSource r;
+    try {
+      r.record = std::stoll(f[0]);
+      r.item.rel_path = f[1];
+      r.item.label = std::stoll(f[2]);
+      r.item.size = std::stoull(f[3]);
+      r.item.mtime_ns = std::stoll(f[4]);
+    } catch (...) {
+      return Status::Corruption(path + ":" + std::to_string(lineno) + ": bad number");
+    }
+    out->push_back(std::move(r));
+  }
+  return Status::OK();
+}
+
 // Everything about one output cache of a build.
 struct Plan {
   std::string dir;
@@ -98,7 +134,7 @@ class Builder {
     KILN_RETURN_IF_ERROR(PlanShape());
     KILN_RETURN_IF_ERROR(ChooseNormalization());
     std::vector<Plan> plans = MakePlans();
-    for (Plan& p : plans) KILN_RETURN_IF_ERROR(BuildOne(p));
+    for (Plan& p : plans) KILN_RETURN_IF_ERROR(opt_.repair ? RepairOne(p) : BuildOne(p));
     return Status::OK();
   }
 
@@ -311,6 +347,7 @@ class Builder {
     j["split"] = p.split;
     j["stats_sample"] = opt_.stats_sample;
     j["libraries"] = {{"kiln", KilnVersion()}};
+    for (const auto& [name, version] : image::CodecVersions()) j["libraries"][name] = version;
     return j;
   }
 
@@ -554,6 +591,80 @@ class Builder {
     return Status::OK();
   }
 
+  // --repair: rewrites only the records that verify finds bad, from their
+  // sources; everything else stays as it is.
+  Status RepairOne(const Plan& plan) {
+    const json pre = Preprocessing(plan);
+    res_->caches.push_back(plan.dir);
+    Manifest m;
+    Status s = ReadManifest(plan.dir, &m);
+    if (!s.ok())
+      return Status::InvalidArgument(s.message() + "; --repair needs a finished cache (run the "
+                                     "build without --repair to resume or rebuild it)");
+    const json old_pre = json::parse(m.preprocessing_json, nullptr, false);
+    if (old_pre != pre)
+      return Status::InvalidArgument(plan.dir + ": --repair needs the original build's sources and "
+                                     "arguments; they differ (" + Diff(old_pre, pre) + ")");
+    VerifyReport rep;
+    VerifyOptions vo;
+    vo.threads = opt_.threads;
+    KILN_RETURN_IF_ERROR(VerifyCache(plan.dir, vo, &rep));
+    std::set<uint64_t> bad;
+    for (const VerifyProblem& p : rep.problems) {
+      // A record count or size that is off follows from records damaged or
+      // deleted; the shards holding them are rewritten.
+      const bool follows = p.what.rfind("shard holds", 0) == 0 ||
+                           p.what.find("(modified)") != std::string::npos ||
+                           p.what.find("digest differs") != std::string::npos;
+      if (p.index < 0 && follows) continue;
+      if (p.index < 0 || p.what.find("shard file missing") != std::string::npos ||
+          p.what.find("outside the shard") != std::string::npos)
+        return Status::Corruption(plan.dir + ": cannot repair record by record: " +
+                                  (p.shard.empty() ? "" : p.shard + ": ") + p.what +
+                                  "; rebuild with --force");
+      bad.insert(static_cast<uint64_t>(p.index));
+    }
+    if (bad.empty() && !rep.clean())
+      return Status::Corruption(plan.dir + ": no single record is at fault (" +
+                                rep.problems[0].what + "); rebuild with --force");
+    if (bad.empty()) {
+      info_(plan.dir + ": verified clean, nothing to repair");
+      res_->up_to_date = true;
+      return Status::OK();
+    }
+    std::vector<RecordedSource> recorded;
+    KILN_RETURN_IF_ERROR(ReadSourcesTsv(plan.dir + "/" + kSourcesTsv, &recorded));
+    std::map<int64_t, const RecordedSource*> by_record;
+    for (const auto& r : recorded)
+      if (r.record >= 0) by_record[r.record] = &r;
+    std::vector<std::vector<uint8_t>> payloads;
+    std::vector<RecordFix> fixes;
+    payloads.reserve(bad.size());
+    for (uint64_t idx : bad) {
+      auto it = by_record.find(static_cast<int64_t>(idx));
+      if (it == by_record.end())
+        return Status::Corruption(plan.dir + ": record " + std::to_string(idx) +
+                                  " has no source in sources.tsv; rebuild with --force");
+      payloads.emplace_back(record_bytes_);
+      std::vector<uint8_t> scratch;
+      image::ImageU8 dec, res;
+      KILN_RETURN_IF_ERROR(Process(it->second->item, &scratch, &dec, &res, payloads.back().data(), true)
+                               .WithContext("repairing record " + std::to_string(idx) + " from " +
+                                            src_.root + "/" + it->second->item.rel_path));
+      fixes.push_back({idx, it->second->item.label, payloads.back().data()});
+    }
+    KILN_RETURN_IF_ERROR(RewriteRecords(plan.dir, fixes));
+    KILN_RETURN_IF_ERROR(VerifyCache(plan.dir, vo, &rep));
+    if (!rep.clean())
+      return Status::Corruption(plan.dir + ": still damaged after repair: " + rep.problems[0].what);
+    std::string list;
+    for (uint64_t idx : bad) list += (list.empty() ? "" : ", ") + std::to_string(idx);
+    info_(plan.dir + ": repaired " + std::to_string(bad.size()) + " record(s) from their sources: " +
+          list + "; the cache verifies clean");
+    res_->written += bad.size();
+    return Status::OK();
+  }
+
   // sources.tsv: every source file of the build with its size and mtime,
   // and the record it became (-1: rejected or in the other split), so that
   // verify can say which files were added, removed or changed, and map a
@@ -643,44 +754,6 @@ Status BuildCache(const BuildOptions& options, const ProgressFn& progress, const
 }  // namespace kiln::build
 
 namespace kiln::build {
-
-namespace {
-struct RecordedSource {
-  int64_t record = -1;
-  SourceItem item;
-};
-
-Status ReadSourcesTsv(const std::string& path, std::vector<RecordedSource>* out) {
-  std::ifstream in(path);
-  if (!in) return Status::NotFound(path + ": missing (the cache was not made by kiln build)");
-  std::string line;
-  std::getline(in, line);  // header
-  int lineno = 1;
-  while (std::getline(in, line)) {
-    ++lineno;
-    std::vector<std::string> f;
-    size_t pos = 0, tab;
-    while ((tab = line.find('\t', pos)) != std::string::npos) {
-      f.push_back(line.substr(pos, tab - pos));
-      pos = tab + 1;
-    }
-    f.push_back(line.substr(pos));
-    if (f.size() != 5) return Status::Corruption(path + ":" + std::to_string(lineno) + ": bad line");
-    RecordedSource r;
-    try {
-      r.record = std::stoll(f[0]);
-      r.item.rel_path = f[1];
-      r.item.label = std::stoll(f[2]);
-      r.item.size = std::stoull(f[3]);
-      r.item.mtime_ns = std::stoll(f[4]);
-    } catch (...) {
-      return Status::Corruption(path + ":" + std::to_string(lineno) + ": bad number");
-    }
-    out->push_back(std::move(r));
-  }
-  return Status::OK();
-}
-}  // namespace
 
 Status VerifyWithSources(const std::string& dir, const VerifyOptions& options, uint64_t sample,
                          uint64_t seed, VerifyReport* report) {

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <algorithm>
+#include <map>
 #include <cstring>
 #include <vector>
 
@@ -25,6 +26,72 @@ std::string ShardFileName(int i) {
 
 namespace {
 inline constexpr const char* kLockName = ".kiln.lock";
+
+// Replaces the shard held open in `env` by a compact copy (temp file,
+// fsync, rename) and closes it. The copy depends only on the records, not on
+// how the writes were batched, resumed, retried or repaired.
+Status CompactShard(LmdbEnv* env, uint64_t* bytes) {
+  const std::string path = env->path();
+  const std::string tmp = path + ".tmp";
+  ::unlink(tmp.c_str());
+  KILN_RETURN_IF_ERROR(
+      LmdbStatus(mdb_env_copy2(env->env(), tmp.c_str(), MDB_CP_COMPACT), path + ": compacting"));
+  env->Close();
+  int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return PosixError(tmp, errno);
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) return PosixError(tmp, errno);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return PosixError(path, errno);
+  ::unlink((path + "-lock").c_str());
+  return FileSize(path, bytes);
+}
+
+// The shard digest: XXH3 over the stored checksums in key order.
+Status ShardDigest(const LmdbEnv& env, std::string* digest) {
+  LmdbTxn txn;
+  KILN_RETURN_IF_ERROR(txn.Begin(env, true));
+  MDB_cursor* cur = nullptr;
+  KILN_RETURN_IF_ERROR(LmdbStatus(mdb_cursor_open(txn.get(), env.dbi(), &cur), env.path()));
+  XXH3_state_t st;
+  XXH3_INITSTATE(&st);
+  XXH3_64bits_reset(&st);
+  MDB_val k, v;
+  int rc;
+  for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == MDB_SUCCESS;
+       rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    if (v.mv_size < kRecordHeaderSize) continue;
+    XXH3_64bits_update(&st, static_cast<const uint8_t*>(v.mv_data) + kChecksumOffset, 8);
+  }
+  mdb_cursor_close(cur);
+  if (rc != MDB_NOTFOUND) return LmdbStatus(rc, env.path());
+  *digest = DigestHex(XXH3_64bits_digest(&st));
+  return Status::OK();
+}
+
+class DirLock {
+ public:
+  ~DirLock() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Status Acquire(const std::string& dir) {
+    const std::string path = dir + "/" + kLockName;
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) return PosixError(path, errno);
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0)
+      return Status::IOError(dir + ": in use by another kiln build (" + path +
+                             " is locked); wait for it to finish");
+    return Status::OK();
+  }
+  int release() {
+    int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+
+ private:
+  int fd_ = -1;
+};
 
 bool Exists(const std::string& path) {
   struct stat st;
@@ -45,12 +112,9 @@ class CacheWriter::Impl {
 
   Status Init() {
     KILN_RETURN_IF_ERROR(MakeDirs(dir_));
-    const std::string lock_path = dir_ + "/" + kLockName;
-    lock_fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (lock_fd_ < 0) return PosixError(lock_path, errno);
-    if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0)
-      return Status::IOError(dir_ + ": in use by another kiln build (" + lock_path +
-                             " is locked); wait for it to finish");
+    DirLock lock;
+    KILN_RETURN_IF_ERROR(lock.Acquire(dir_));
+    lock_fd_ = lock.release();
     // The cache must not look complete while it changes.
     const std::string manifest = dir_ + "/" + kManifestName;
     if (Exists(manifest) && ::unlink(manifest.c_str()) != 0) return PosixError(manifest, errno);
@@ -217,22 +281,7 @@ class CacheWriter::Impl {
   // and records its size. The copy depends only on the records, not on how
   // the writes were batched, resumed or retried, so an interrupted and
   // resumed build ends with the same bytes as an uninterrupted one.
-  Status FinishShardFile(ShardInfo* info) {
-    const std::string path = env_.path();
-    const std::string tmp = path + ".tmp";
-    ::unlink(tmp.c_str());
-    KILN_RETURN_IF_ERROR(
-        LmdbStatus(mdb_env_copy2(env_.env(), tmp.c_str(), MDB_CP_COMPACT), path + ": compacting"));
-    env_.Close();
-    int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return PosixError(tmp, errno);
-    const int rc = ::fsync(fd);
-    ::close(fd);
-    if (rc != 0) return PosixError(tmp, errno);
-    if (::rename(tmp.c_str(), path.c_str()) != 0) return PosixError(path, errno);
-    ::unlink((path + "-lock").c_str());
-    return FileSize(path, &info->bytes);
-  }
+  Status FinishShardFile(ShardInfo* info) { return CompactShard(&env_, &info->bytes); }
 
   Status CloseCurrent() {
     KILN_RETURN_IF_ERROR(Commit());
@@ -279,6 +328,67 @@ class CacheWriter::Impl {
   uint64_t pending_count_ = 0;
   uint64_t next_ = 0;
 };
+
+Status RewriteRecords(const std::string& dir, const std::vector<RecordFix>& fixes) {
+  DirLock lock;
+  KILN_RETURN_IF_ERROR(lock.Acquire(dir));
+  Manifest m;
+  KILN_RETURN_IF_ERROR(ReadManifest(dir, &m));
+  const uint64_t bytes = m.shape.NumElements() * DTypeSize(m.dtype);
+  std::vector<std::vector<const RecordFix*>> by_shard(m.shards.size());
+  for (const RecordFix& f : fixes) {
+    const int s = m.ShardFor(f.index);
+    if (s < 0) return Status::InvalidArgument("record " + std::to_string(f.index) + " is outside " + dir);
+    by_shard[s].push_back(&f);
+  }
+  std::vector<uint8_t> value(kRecordHeaderSize + bytes);
+  for (size_t s = 0; s < m.shards.size(); ++s) {
+    if (by_shard[s].empty()) continue;
+    ShardInfo& info = m.shards[s];
+    const std::string path = dir + "/" + info.file;
+    const std::string fresh_path = path + ".repair";
+    std::map<uint64_t, const RecordFix*> fix;
+    for (const RecordFix* f : by_shard[s]) fix[f->index] = f;
+    // The shard is written anew, in key order with MDB_APPEND, from its
+    // good records and the fixes: LMDB's page layout then comes out as a
+    // fresh build's (an in-place overwrite leaves nodes in another order).
+    LmdbEnv old_env, out;
+    KILN_RETURN_IF_ERROR(old_env.OpenForRead(path, 4));
+    ::unlink(fresh_path.c_str());
+    ::unlink((fresh_path + "-lock").c_str());
+    KILN_RETURN_IF_ERROR(out.OpenForWrite(fresh_path, old_env.map_size()));
+    LmdbTxn rd, wr;
+    KILN_RETURN_IF_ERROR(rd.Begin(old_env, true));
+    KILN_RETURN_IF_ERROR(wr.Begin(out, false));
+    for (uint64_t i = info.first; i < info.first + info.count; ++i) {
+      uint8_t key[kKeySize];
+      EncodeKey(i, key);
+      MDB_val k{kKeySize, key}, v;
+      auto f = fix.find(i);
+      if (f != fix.end()) {
+        std::memcpy(value.data() + kRecordHeaderSize, f->second->payload, bytes);
+        EncodeRecordHeader(i, m.dtype, m.shape, f->second->label, value.data() + kRecordHeaderSize,
+                           value.data());
+        v = MDB_val{value.size(), value.data()};
+      } else {
+        const int rc = mdb_get(rd.get(), old_env.dbi(), &k, &v);
+        if (rc == MDB_NOTFOUND)
+          return Status::Corruption(path + ": record " + std::to_string(i) +
+                                    " is missing and no fix was given for it");
+        KILN_RETURN_IF_ERROR(LmdbStatus(rc, path));
+      }
+      KILN_RETURN_IF_ERROR(LmdbStatus(mdb_put(wr.get(), out.dbi(), &k, &v, MDB_APPEND),
+                                      fresh_path + ": record " + std::to_string(i)));
+    }
+    KILN_RETURN_IF_ERROR(wr.Commit());
+    rd.Abort();
+    old_env.Close();
+    KILN_RETURN_IF_ERROR(ShardDigest(out, &info.digest));
+    KILN_RETURN_IF_ERROR(CompactShard(&out, &info.bytes));
+    if (::rename(fresh_path.c_str(), path.c_str()) != 0) return PosixError(path, errno);
+  }
+  return WriteManifest(dir, m);
+}
 
 CacheWriter::CacheWriter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CacheWriter::~CacheWriter() = default;

@@ -35,7 +35,8 @@ Status LmdbEnv::OpenForWrite(const std::string& path, uint64_t map_size) {
   Close();
   path_ = path;
   int rc = mdb_env_create(&env_);
-  if (rc == MDB_SUCCESS) rc = mdb_env_set_mapsize(env_, map_size);
+  // map_size 0 keeps the size recorded in an existing file.
+  if (rc == MDB_SUCCESS && map_size > 0) rc = mdb_env_set_mapsize(env_, map_size);
   if (rc == MDB_SUCCESS) rc = mdb_env_open(env_, path.c_str(), MDB_NOSUBDIR | MDB_NOSYNC | MDB_NOMETASYNC, 0644);
   if (rc != MDB_SUCCESS) {
     Close();

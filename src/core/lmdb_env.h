@@ -26,7 +26,7 @@ class LmdbEnv {
   LmdbEnv& operator=(const LmdbEnv&) = delete;
 
   // Opens `path` for bulk writing (created if absent) with a map of
-  // `map_size` bytes.
+  // `map_size` bytes (0: the size recorded in an existing file).
   Status OpenForWrite(const std::string& path, uint64_t map_size);
   // Opens `path` read-only: MDB_RDONLY|MDB_NOTLS|MDB_NORDAHEAD, retried with
   // MDB_NOLOCK when the lock file cannot be created (read-only filesystem).

@@ -68,6 +68,7 @@ struct BuildOptions {
   int64_t max_pixels = 100'000'000; // reject headers claiming more pixels
   bool strict = false;              // any rejected input fails the build (exit 1)
   bool force = false;               // rebuild when sources or options changed
+  bool repair = false;              // rewrite only the records verify finds bad, from their sources
 };
 
 struct BuildProgress {

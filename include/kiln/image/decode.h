@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/status.h"
@@ -69,6 +70,9 @@ Status Decode(const uint8_t* data, size_t size, const std::string& name,
 // damaged header, NotSupported for a format it cannot read headers of.
 Status ReadHeader(const uint8_t* data, size_t size, const std::string& name, int* width,
                   int* height);
+
+// (library, version) of the codecs compiled in, e.g. {"opencv", "4.6.0"}.
+std::vector<std::pair<std::string, std::string>> CodecVersions();
 
 }  // namespace kiln::image
 
