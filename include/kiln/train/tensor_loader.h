@@ -1,0 +1,66 @@
+// TensorLoader: kiln's Loader with LibTorch tensors as its batch slots.
+//
+// The slots are tensors allocated once and reused, in pinned memory when
+// CUDA is available. Next() hands out (inputs, labels) on the training
+// device in the training dtype: a uint8 cache is converted and normalized
+// there with the manifest's mean/std; a float cache is cast if needed.
+//
+// Validity: the tensors returned by Next() may view a slot's memory (on the
+// CPU, when no conversion is needed); they stay valid until the following
+// Next() or StartEpoch() call, which hands the slot back to the workers.
+//
+// Thread-safety: one consumer thread, as for Loader.
+#ifndef KILN_TRAIN_TENSOR_LOADER_H_
+#define KILN_TRAIN_TENSOR_LOADER_H_
+
+#include <torch/types.h>
+
+#include <memory>
+#include <vector>
+
+#include "kiln/cache_reader.h"
+#include "kiln/loader.h"
+#include "kiln/status.h"
+
+namespace kiln::train {
+
+struct TensorLoaderOptions {
+  LoaderOptions loader;                      // order, partition, crop/flip, workers
+  int slots = 4;                             // ring size (>= workers + 2 is best)
+  torch::Device device = torch::kCPU;        // where batches are delivered
+  torch::ScalarType dtype = torch::kFloat32; // training dtype of the inputs
+  bool channels_last = false;                // deliver NHWC-strided inputs
+};
+
+class TensorLoader {
+ public:
+  // Returns InvalidArgument for options the cache cannot serve, and
+  // Corruption when a uint8 cache's manifest lacks mean/std.
+  static Status Open(const CacheReader* reader, const TensorLoaderOptions& options,
+                     std::unique_ptr<TensorLoader>* out);
+  ~TensorLoader();
+
+  Status StartEpoch(uint64_t epoch, uint64_t start_batch = 0);
+  // The next batch: inputs [B, C, H, W] (or the record shape with B first),
+  // labels int64 [B]. NotFound at the end of the epoch.
+  Status Next(torch::Tensor* inputs, torch::Tensor* labels);
+
+  // Seconds Next() spent waiting for workers since the last call of this.
+  double TakeWaitSeconds();
+  Loader& loader() { return *loader_; }
+  // The slot tensors (for tests: they are allocated once).
+  const std::vector<torch::Tensor>& slot_tensors() const { return data_; }
+
+ private:
+  TensorLoader() = default;
+  TensorLoaderOptions opt_;
+  std::vector<torch::Tensor> data_, labels_;
+  std::unique_ptr<Loader> loader_;
+  torch::Tensor mean_, std_;  // [1, C, 1, 1] on the device; undefined when not normalizing
+  int held_ = -1;             // the slot handed out by the last Next()
+  double wait_ = 0;
+};
+
+}  // namespace kiln::train
+
+#endif  // KILN_TRAIN_TENSOR_LOADER_H_

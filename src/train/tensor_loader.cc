@@ -1,0 +1,105 @@
+#include "kiln/train/tensor_loader.h"
+
+#include <torch/cuda.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+namespace kiln::train {
+
+namespace {
+torch::ScalarType CacheScalarType(DType d) {
+  switch (d) {
+    case DType::kUint8: return torch::kUInt8;
+    case DType::kFloat16: return torch::kFloat16;
+    case DType::kFloat32: return torch::kFloat32;
+  }
+  return torch::kUInt8;
+}
+}  // namespace
+
+TensorLoader::~TensorLoader() {
+  loader_.reset();  // join the workers before the slot memory goes
+}
+
+Status TensorLoader::Open(const CacheReader* reader, const TensorLoaderOptions& options,
+                          std::unique_ptr<TensorLoader>* out) {
+  if (options.slots < 1) return Status::InvalidArgument("tensor loader: need at least one slot");
+  std::unique_ptr<TensorLoader> t(new TensorLoader());
+  t->opt_ = options;
+  const Manifest& m = reader->manifest();
+  // The output shape: the record shape, with the crop applied to H and W.
+  std::vector<int64_t> shape{static_cast<int64_t>(options.loader.batch_size)};
+  for (int i = 0; i < m.shape.ndim; ++i) shape.push_back(m.shape.dims[i]);
+  if (options.loader.crop > 0 && m.shape.ndim == 3) shape[2] = shape[3] = options.loader.crop;
+  const bool pinned = torch::cuda::is_available();
+  auto data_opts = torch::TensorOptions().dtype(CacheScalarType(m.dtype)).pinned_memory(pinned);
+  auto label_opts = torch::TensorOptions().dtype(torch::kInt64).pinned_memory(pinned);
+  std::vector<BatchSlot> slots;
+  for (int i = 0; i < options.slots; ++i) {
+    t->data_.push_back(torch::empty(shape, data_opts));
+    t->labels_.push_back(torch::empty({shape[0]}, label_opts));
+    slots.push_back({t->data_.back().data_ptr(), t->labels_.back().data_ptr<int64_t>()});
+  }
+  KILN_RETURN_IF_ERROR(Loader::Open(reader, options.loader, std::move(slots), &t->loader_));
+  if (m.dtype == DType::kUint8) {
+    // Raw pixels: (x/255 - mean) / std on the device, from the manifest.
+    const auto pre = nlohmann::json::parse(m.preprocessing_json, nullptr, false);
+    std::vector<double> mean, std;
+    if (pre.is_object() && pre.contains("mean") && pre.contains("std")) {
+      mean = pre["mean"].get<std::vector<double>>();
+      std = pre["std"].get<std::vector<double>>();
+    }
+    const int64_t c = m.shape.ndim == 3 ? m.shape.dims[0] : 0;
+    if (c == 0 || static_cast<int64_t>(mean.size()) != c || static_cast<int64_t>(std.size()) != c)
+      return Status::Corruption(reader->dir() + ": a uint8 cache needs per-channel mean and std in "
+                                "its manifest's preprocessing to be normalized");
+    auto f = torch::TensorOptions().dtype(torch::kFloat32);
+    t->mean_ = torch::tensor(mean, f).view({1, c, 1, 1}).to(options.device, options.dtype);
+    t->std_ = torch::tensor(std, f).view({1, c, 1, 1}).to(options.device, options.dtype);
+  }
+  *out = std::move(t);
+  return Status::OK();
+}
+
+Status TensorLoader::StartEpoch(uint64_t epoch, uint64_t start_batch) {
+  if (held_ >= 0) loader_->Release(held_);
+  held_ = -1;
+  return loader_->StartEpoch(epoch, start_batch);
+}
+
+Status TensorLoader::Next(torch::Tensor* inputs, torch::Tensor* labels) {
+  if (held_ >= 0) loader_->Release(held_);
+  held_ = -1;
+  Batch b;
+  const auto t0 = std::chrono::steady_clock::now();
+  Status s = loader_->Next(&b);
+  wait_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!s.ok()) return s;
+  held_ = b.slot;
+  const int64_t n = static_cast<int64_t>(b.size);
+  torch::Tensor x = data_[b.slot].narrow(0, 0, n);
+  torch::Tensor y = labels_[b.slot].narrow(0, 0, n);
+  // A synchronous copy to an accelerator: the slot is then free to refill.
+  // (An asynchronous side-stream copy fenced with events is the next step;
+  // it needs a CUDA LibTorch to build and test.)
+  x = x.to(opt_.device, /*non_blocking=*/false);
+  y = y.to(opt_.device, /*non_blocking=*/false);
+  if (mean_.defined()) {
+    x = x.to(opt_.dtype).div_(255.0).sub_(mean_).div_(std_);
+  } else if (x.scalar_type() != opt_.dtype) {
+    x = x.to(opt_.dtype);
+  }
+  if (opt_.channels_last && x.dim() == 4) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
+  *inputs = x;
+  *labels = y;
+  return Status::OK();
+}
+
+double TensorLoader::TakeWaitSeconds() {
+  const double w = wait_;
+  wait_ = 0;
+  return w;
+}
+
+}  // namespace kiln::train
