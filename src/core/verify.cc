@@ -45,20 +45,25 @@ Status ParseVerifyLevel(const std::string& name, VerifyLevel* out) {
 
 namespace {
 
-bool HasNonFinite(DType dtype, const uint8_t* p, uint64_t bytes) {
-  if (dtype == DType::kFloat16) {
-    for (uint64_t i = 0; i + 1 < bytes; i += 2) {
-      uint16_t v;
-      std::memcpy(&v, p + i, 2);
-      if ((v & 0x7C00u) == 0x7C00u) return true;
-    }
-  } else if (dtype == DType::kFloat32) {
-    for (uint64_t i = 0; i + 3 < bytes; i += 4) {
-      uint32_t v;
-      std::memcpy(&v, p + i, 4);
-      if ((v & 0x7F800000u) == 0x7F800000u) return true;
-    }
+// Whether a float payload holds NaN or Inf: all exponent bits set. Written
+// without an early exit, over blocks, so that the compiler vectorizes it.
+template <typename T, T kMask>
+bool AnyAllOnes(const uint8_t* p, uint64_t n) {
+  constexpr uint64_t kBlock = 256;
+  T block[kBlock];
+  for (uint64_t i = 0; i < n; i += kBlock) {
+    const uint64_t m = std::min(kBlock, n - i);
+    std::memcpy(block, p + i * sizeof(T), m * sizeof(T));
+    T hit = 0;
+    for (uint64_t j = 0; j < m; ++j) hit |= static_cast<T>((block[j] & kMask) == kMask);
+    if (hit) return true;
   }
+  return false;
+}
+
+bool HasNonFinite(DType dtype, const uint8_t* p, uint64_t bytes) {
+  if (dtype == DType::kFloat16) return AnyAllOnes<uint16_t, 0x7C00u>(p, bytes / 2);
+  if (dtype == DType::kFloat32) return AnyAllOnes<uint32_t, 0x7F800000u>(p, bytes / 4);
   return false;
 }
 

@@ -188,3 +188,33 @@ TEST_CASE("resume continues after the committed records", "[cache]") {
   CheckAll(dir.path(), 40, DType::kUint8, shape);
   CHECK(ReadFile(dir / "manifest.json") == ReadFile(ref / "manifest.json"));
 }
+
+TEST_CASE("verify full finds NaN and Inf in float payloads", "[cache]") {
+  for (DType dtype : {DType::kFloat16, DType::kFloat32}) {
+    TempDir dir;
+    WriterOptions o;
+    o.dtype = dtype;
+    o.shape = MakeShape({600});
+    std::unique_ptr<CacheWriter> w;
+    REQUIRE(CacheWriter::Open(o, dir.path(), &w).ok());
+    for (uint64_t i = 0; i < 4; ++i) {
+      std::vector<uint8_t> p(600 * DTypeSize(dtype), 0);
+      if (i == 2) {  // element 513 is +Inf / NaN
+        if (dtype == DType::kFloat16) {
+          p[513 * 2 + 1] = 0x7C;
+        } else {
+          p[513 * 4 + 3] = 0x7F;
+          p[513 * 4 + 2] = 0xC0;
+        }
+      }
+      REQUIRE(w->Append(i, 0, p.data()).ok());
+    }
+    Manifest m;
+    REQUIRE(w->Finish(&m).ok());
+    VerifyReport r;
+    REQUIRE(VerifyCache(dir.path(), VerifyOptions(), &r).ok());
+    REQUIRE(r.problems.size() == 1);
+    CHECK(r.problems[0].index == 2);
+    CHECK_THAT(r.problems[0].what, Catch::Contains("NaN or Inf"));
+  }
+}
