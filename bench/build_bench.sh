@@ -7,12 +7,7 @@
 #      KILN (default <repo>/build/kiln)
 # A benchmark, not a test: exits 0 whatever the figures, prints PASS/MISS per goal.
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-repo=$(cd "$here/.." && pwd)
-shared=${KILN_SHARED_BENCH:-$(cd "$here/../../shared/bench" && pwd)}
-tmp=${KILN_BENCH_TMP:-/tmp/kiln-bench}
-kiln=${KILN:-$repo/build/kiln}
-py=/usr/bin/python3
+source "$(cd "$(dirname "$0")" && pwd)/common.sh"
 n=4000; big=0
 for a in "$@"; do
   case $a in

@@ -7,12 +7,7 @@
 # warms the page cache (cat shards twice), then best of 3 for each of cat and verify.
 # A benchmark, not a test: exits 0 whatever the figures, prints PASS/MISS for the goal.
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-repo=$(cd "$here/.." && pwd)
-shared=${KILN_SHARED_BENCH:-$(cd "$here/../../shared/bench" && pwd)}
-tmp=${KILN_BENCH_TMP:-/tmp/kiln-bench}
-kiln=${KILN:-$repo/build/kiln}
-py=/usr/bin/python3
+source "$(cd "$(dirname "$0")" && pwd)/common.sh"
 n=${1:-4000}
 case $n in ''|*[!0-9]*) echo "usage: $0 [N=4000]" >&2; exit 2 ;; esac
 mkdir -p "$tmp"
