@@ -54,6 +54,13 @@ Status WriteManifest(const std::string& dir, const Manifest& m);
 // Hex form of a 64-bit digest (16 lowercase digits).
 std::string DigestHex(uint64_t digest);
 
+// What differs between two caches in the things that shape the tensors a
+// model sees: record dtype and shape, and the preprocessing fields channels,
+// resize, crop, size, interpolation, normalized, mean and std. Each entry is
+// a phrase such as "mean: [0.286] vs [0.5]"; empty when they agree. Source,
+// split and version fields are not compared.
+std::vector<std::string> PreprocessingDifferences(const Manifest& a, const Manifest& b);
+
 // This build of kiln's version string.
 const char* KilnVersion();
 

@@ -137,4 +137,28 @@ Status WriteManifest(const std::string& dir, const Manifest& m) {
   return WriteFileAtomic(dir, kManifestName, kManifestTempName, ManifestToJson(m));
 }
 
+std::vector<std::string> PreprocessingDifferences(const Manifest& a, const Manifest& b) {
+  std::vector<std::string> out;
+  if (a.dtype != b.dtype)
+    out.push_back(std::string("dtype: ") + DTypeName(a.dtype) + " vs " + DTypeName(b.dtype));
+  auto shape_text = [](const Shape& s) {
+    json dims = json::array();
+    for (int i = 0; i < s.ndim; ++i) dims.push_back(s.dims[i]);
+    return dims.dump();
+  };
+  if (shape_text(a.shape) != shape_text(b.shape))
+    out.push_back("record shape: " + shape_text(a.shape) + " vs " + shape_text(b.shape));
+  const json pa = json::parse(a.preprocessing_json, nullptr, false);
+  const json pb = json::parse(b.preprocessing_json, nullptr, false);
+  for (const char* key :
+       {"channels", "resize", "crop", "size", "interpolation", "normalized", "mean", "std"}) {
+    const json va = pa.is_object() && pa.contains(key) ? pa[key] : json();
+    const json vb = pb.is_object() && pb.contains(key) ? pb[key] : json();
+    if (va != vb)
+      out.push_back(std::string(key) + ": " + (va.is_null() ? "absent" : va.dump()) + " vs " +
+                    (vb.is_null() ? "absent" : vb.dump()));
+  }
+  return out;
+}
+
 }  // namespace kiln

@@ -1,0 +1,82 @@
+// Mixed precision for kiln train: an autocast scope that compiles against
+// LibTorch 1.13 and 2.x, and a dynamic loss scaler with PyTorch's
+// GradScaler semantics (no C++ GradScaler exists in either version).
+//
+// Thread-safety: autocast state is thread-local; open the scope on the
+// thread that runs forward. A LossScaler is used from one thread.
+#ifndef KILN_TRAIN_AMP_H_
+#define KILN_TRAIN_AMP_H_
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kiln/status.h"
+
+namespace kiln::train {
+
+enum class Precision { kFp32, kBf16, kFp16 };
+const char* PrecisionName(Precision p);
+
+// "fp32" | "bf16" | "fp16" | "auto" for `device`. auto: fp32 on the CPU,
+// bf16 on a GPU that runs bf16 matrix products, fp16 otherwise.
+// NotSupported for fp16 on the CPU with a LibTorch that lacks it.
+Status ResolvePrecision(const std::string& name, const torch::Device& device, Precision* out);
+
+// Autocast to `precision` on `device` for the guard's lifetime (a no-op for
+// fp32). Restores the previous state; clears the cast cache when the
+// outermost scope ends, as torch.autocast does.
+class AutocastGuard {
+ public:
+  AutocastGuard(const torch::Device& device, Precision precision);
+  ~AutocastGuard();
+  AutocastGuard(const AutocastGuard&) = delete;
+  AutocastGuard& operator=(const AutocastGuard&) = delete;
+
+ private:
+  bool active_ = false;
+  bool cuda_ = false;
+  bool prev_enabled_ = false;
+  at::ScalarType prev_dtype_ = at::kFloat;
+};
+
+struct LossScalerOptions {
+  bool enabled = true;         // false: scale 1, nothing checked, never skips
+  double init_scale = 65536.0;
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  int64_t growth_interval = 2000;
+};
+
+// loss -> Scale(loss).backward() -> UnscaleAndCheck(params) -> step only
+// if it returned true -> Update(found_inf).
+class LossScaler {
+ public:
+  explicit LossScaler(LossScalerOptions options = {});
+  torch::Tensor Scale(const torch::Tensor& loss) const;
+  // Divides every defined gradient by the scale, in place. Returns true
+  // when all of them are finite. Reads one flag from the device.
+  bool UnscaleAndCheck(const std::vector<torch::Tensor>& params);
+  // After a step: backoff and reset on inf/NaN, grow after
+  // growth_interval clean steps in a row.
+  void Update(bool found_inf);
+
+  bool enabled() const { return opt_.enabled; }
+  double scale() const { return scale_; }
+  int64_t growth_tracker() const { return tracker_; }
+  int64_t skipped_steps() const { return skipped_; }
+  // Restores state saved in a checkpoint.
+  void Restore(double scale, int64_t growth_tracker, int64_t skipped);
+
+ private:
+  LossScalerOptions opt_;
+  double scale_;
+  int64_t tracker_ = 0;
+  int64_t skipped_ = 0;
+};
+
+}  // namespace kiln::train
+
+#endif  // KILN_TRAIN_AMP_H_

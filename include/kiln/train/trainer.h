@@ -1,0 +1,119 @@
+// kiln train: a LibTorch training loop fed by kiln's loader.
+//
+// This header does not include LibTorch, so the command-line front end and
+// tests of the torch-free parts compile quickly; everything that touches
+// tensors is in src/train.
+//
+// Thread-safety: one Train() at a time per process (it installs a SIGINT
+// handler and uses LibTorch's thread-local autocast state).
+#ifndef KILN_TRAIN_TRAINER_H_
+#define KILN_TRAIN_TRAINER_H_
+
+#include <cstdint>
+#include <functional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "kiln/status.h"
+
+namespace kiln::train {
+
+struct TrainOptions {
+  // Data.
+  std::string data;                 // training cache
+  std::string val;                  // validation cache; "" = none
+  bool allow_mismatch = false;      // accept a val cache preprocessed differently
+  bool verify = true;               // verify --level quick on every cache at start-up
+  int workers = 2;                  // loader threads
+  uint32_t crop = 0;                // random crop (train) / center crop (val) to crop x crop
+  bool flip = false;                // random horizontal flip (train)
+  bool channels_last = false;
+
+  // Model.
+  std::string model = "cnn";        // built-in name, or a TorchScript file (*.pt)
+  std::string init;                 // kiln checkpoint dir or TorchScript file to load weights from
+  bool replace_head = false;        // give the final classifier the cache's class count
+  std::vector<std::string> freeze;  // parameter-name prefixes to freeze
+  std::string freeze_until;         // freeze every parameter before this one
+
+  // Loop.
+  int epochs = 5;
+  int64_t max_steps = 0;            // stop after this many optimizer steps in all (0 = no limit)
+  int64_t batch_size = 128;         // micro-batch; 0 = automatic (--batch-size auto)
+  int64_t memory_budget = 0;        // bytes, for the automatic batch size; 0 = 90% GPU / 50% RAM
+  int64_t max_batch = 4096;         // largest automatic batch size tried
+  int accum_steps = 1;              // micro-batches per optimizer step
+  std::string lr_scaling = "none";  // none | linear | sqrt, of the effective batch vs base_batch
+  int64_t base_batch = 256;         // the batch size --lr was chosen for
+  std::string optimizer = "sgd";    // sgd | adamw
+  double lr = 0.05;
+  double lr_head = -1;              // learning rate of the head; < 0 = lr
+  double momentum = 0.9;
+  bool nesterov = false;
+  double weight_decay = 5e-4;
+  std::string schedule = "cosine";  // constant | step | cosine | onecycle
+  double warmup_epochs = 0;         // linear warm-up from 0 (onecycle: its rising phase)
+  int step_epochs = 30;             // step schedule: multiply by gamma every step_epochs
+  double gamma = 0.1;
+  double label_smoothing = 0;
+  std::string precision = "auto";   // fp32 | bf16 | fp16 | auto
+  std::string device = "auto";      // auto | cpu | cuda | cuda:N
+  uint64_t seed = 0;
+  int threads = 0;                  // intra-op threads; 0 = LibTorch's default
+
+  // Output.
+  int64_t log_every = 50;           // steps between loss/accuracy reads (the only host syncs)
+  std::string metrics;              // JSON lines file; "" = none
+  std::string save;                 // checkpoint directory, written every epoch; "" = none
+  std::string resume;               // checkpoint directory to continue from
+  std::string export_path;          // TorchScript file of the trained model; "" = none
+  std::ostream* log = nullptr;      // human-readable lines; nullptr = std::cout
+};
+
+struct EpochStats {
+  int epoch = 0;
+  double train_loss = 0, train_acc = 0;
+  double val_loss = -1, val_top1 = -1, val_top5 = -1;  // -1 = not evaluated
+  double seconds = 0, data_wait_seconds = 0, samples_per_second = 0;
+};
+
+struct TrainResult {
+  std::vector<EpochStats> epochs;  // the epochs this call ran (all or part)
+  int64_t steps = 0;               // optimizer steps done in all (also before a resume)
+  int64_t skipped_steps = 0;       // fp16 steps skipped for inf/NaN gradients
+  int64_t batch_size = 0;          // the micro-batch used (chosen, when automatic)
+  bool interrupted = false;        // stopped by SIGINT after saving a checkpoint
+  std::string checkpoint;          // the last checkpoint written, "" if none
+};
+
+// Trains as `options` says. Errors name the cache, file or option at fault.
+Status Train(const TrainOptions& options, TrainResult* result);
+
+// ---- the automatic batch size, separated from LibTorch for testing --------
+
+struct BatchTrial {
+  int64_t batch = 0;
+  bool out_of_memory = false;
+  double samples_per_second = 0;
+  int64_t peak_bytes = 0;          // peak memory of the trial
+  std::string note;                // why the search stopped here, if it did
+};
+
+// Tries batch sizes first, 2*first, ... up to `max_batch` with `trial`
+// until one runs out of memory, needs more than `budget` bytes, or gains
+// less than 5% samples/s over the best so far. Returns the batch with the
+// best samples/s among those that fit (at least `first` is required to
+// fit: InvalidArgument otherwise). `table` gets every trial.
+using BatchTrialFn = std::function<BatchTrial(int64_t batch)>;
+Status SearchBatchSize(int64_t first, int64_t max_batch, int64_t budget, const BatchTrialFn& trial,
+                       int64_t* chosen, std::vector<BatchTrial>* table);
+
+// The learning rate of optimizer step `step` (0-based) of `total`, for a
+// base rate `lr` (schedule, warm-up; see TrainOptions). Pure, for tests.
+double ScheduledLr(const TrainOptions& o, double lr, int64_t step, int64_t steps_per_epoch,
+                   int64_t total_steps);
+
+}  // namespace kiln::train
+
+#endif  // KILN_TRAIN_TRAINER_H_

@@ -1,0 +1,536 @@
+#include "kiln/train/model.h"
+
+#include <ATen/record_function.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <utility>
+
+namespace kiln::train {
+namespace {
+
+using torch::jit::Module;
+using CU = std::shared_ptr<torch::jit::CompilationUnit>;
+
+// ---- building blocks, as TorchScript source ---------------------------------
+
+Module NewModule(const CU& cu, const std::string& type) {
+  Module m("__torch__.kiln." + type, cu, /*shouldMangle=*/true);
+  m.register_attribute("training", c10::BoolType::get(), true);
+  return m;
+}
+
+std::string Pair(int64_t a) { return "[" + std::to_string(a) + ", " + std::to_string(a) + "]"; }
+
+Module Conv(const CU& cu, int64_t cin, int64_t cout, int64_t k, int64_t stride, int64_t pad,
+            bool bias) {
+  Module m = NewModule(cu, "Conv2d");
+  torch::Tensor w = torch::empty({cout, cin, k, k});
+  torch::nn::init::kaiming_normal_(w, 0, torch::kFanOut, torch::kReLU);  // torchvision's init
+  m.register_parameter("weight", w.requires_grad_(), false);
+  if (bias) m.register_parameter("bias", torch::zeros({cout}).requires_grad_(), false);
+  m.define("def forward(self, x):\n    return torch.conv2d(x, self.weight, " +
+           std::string(bias ? "self.bias" : "None") + ", " + Pair(stride) + ", " + Pair(pad) +
+           ", [1, 1], 1)\n");
+  return m;
+}
+
+Module BatchNorm(const CU& cu, int64_t c) {
+  Module m = NewModule(cu, "BatchNorm2d");
+  m.register_parameter("weight", torch::ones({c}).requires_grad_(), false);
+  m.register_parameter("bias", torch::zeros({c}).requires_grad_(), false);
+  m.register_buffer("running_mean", torch::zeros({c}));
+  m.register_buffer("running_var", torch::ones({c}));
+  m.register_buffer("num_batches_tracked", torch::zeros({}, torch::kLong));
+  m.define(R"(
+def forward(self, x):
+    if self.training:
+        self.num_batches_tracked.add_(1)
+    return torch.batch_norm(x, self.weight, self.bias, self.running_mean, self.running_var,
+                            self.training, 0.1, 1e-05, True)
+)");
+  return m;
+}
+
+// PyTorch's default Linear init: U(-1/sqrt(in), 1/sqrt(in)) for weight and bias.
+std::pair<torch::Tensor, torch::Tensor> LinearInit(int64_t in, int64_t out) {
+  const double b = 1.0 / std::sqrt(static_cast<double>(in));
+  return {torch::empty({out, in}).uniform_(-b, b), torch::empty({out}).uniform_(-b, b)};
+}
+
+Module Linear(const CU& cu, int64_t in, int64_t out) {
+  Module m = NewModule(cu, "Linear");
+  auto [w, b] = LinearInit(in, out);
+  m.register_parameter("weight", w.requires_grad_(), false);
+  m.register_parameter("bias", b.requires_grad_(), false);
+  m.define("def forward(self, x):\n    return torch.linear(x, self.weight, self.bias)\n");
+  return m;
+}
+
+Module Composite(const CU& cu, const std::string& type,
+                 const std::vector<std::pair<std::string, Module>>& children,
+                 const std::string& forward_source) {
+  Module m = NewModule(cu, type);
+  for (const auto& [name, child] : children) m.register_module(name, child);
+  m.define(forward_source);
+  return m;
+}
+
+// A numbered container (torchvision's nn.Sequential): children "0", "1", ...
+Module Sequential(const CU& cu, const std::vector<Module>& children) {
+  std::vector<std::pair<std::string, Module>> named;
+  std::string src = "def forward(self, x):\n";
+  for (size_t i = 0; i < children.size(); ++i) {
+    named.emplace_back(std::to_string(i), children[i]);
+    src += "    x = getattr(self, \"" + std::to_string(i) + "\").forward(x)\n";
+  }
+  src += "    return x\n";
+  return Composite(cu, "Sequential", named, src);
+}
+
+// ---- the built-in models ----------------------------------------------------
+
+Module Mlp(const CU& cu, const ModelSpec& s) {
+  const int64_t in = s.channels * s.height * s.width;
+  return Composite(cu, "MLP",
+                   {{"fc1", Linear(cu, in, 512)}, {"fc2", Linear(cu, 512, 256)},
+                    {"fc", Linear(cu, 256, s.classes)}},
+                   R"(
+def forward(self, x):
+    x = torch.flatten(x, 1)
+    x = torch.relu(self.fc1.forward(x))
+    x = torch.relu(self.fc2.forward(x))
+    return self.fc.forward(x)
+)");
+}
+
+// Three conv-BN-ReLU stages (32, 64, 128 channels, 2x2 max pooling between
+// them), an adaptive 2x2 average pool and one linear layer: about 0.1 M
+// parameters and 8 M multiply-adds per 28x28 sample.
+Module Cnn(const CU& cu, const ModelSpec& s) {
+  return Composite(cu, "CNN",
+                   {{"conv1", Conv(cu, s.channels, 32, 3, 1, 1, false)},
+                    {"bn1", BatchNorm(cu, 32)},
+                    {"conv2", Conv(cu, 32, 64, 3, 1, 1, false)},
+                    {"bn2", BatchNorm(cu, 64)},
+                    {"conv3", Conv(cu, 64, 128, 3, 1, 1, false)},
+                    {"bn3", BatchNorm(cu, 128)},
+                    {"fc", Linear(cu, 128 * 4, s.classes)}},
+                   R"(
+def forward(self, x):
+    x = torch.relu(self.bn1.forward(self.conv1.forward(x)))
+    x = torch.max_pool2d(x, [2, 2], [2, 2], [0, 0], [1, 1], False)
+    x = torch.relu(self.bn2.forward(self.conv2.forward(x)))
+    x = torch.max_pool2d(x, [2, 2], [2, 2], [0, 0], [1, 1], False)
+    x = torch.relu(self.bn3.forward(self.conv3.forward(x)))
+    x = torch.adaptive_avg_pool2d(x, [2, 2])
+    x = torch.flatten(x, 1)
+    return self.fc.forward(x)
+)");
+}
+
+// torchvision.models.resnet: BasicBlock (expansion 1) and Bottleneck
+// (expansion 4, stride on the 3x3 conv as in torchvision >= 0.6).
+Module ResBlock(const CU& cu, bool bottleneck, int64_t inplanes, int64_t planes, int64_t stride) {
+  const int64_t expansion = bottleneck ? 4 : 1;
+  std::vector<std::pair<std::string, Module>> c;
+  std::string src = "def forward(self, x):\n";
+  if (bottleneck) {
+    c = {{"conv1", Conv(cu, inplanes, planes, 1, 1, 0, false)}, {"bn1", BatchNorm(cu, planes)},
+         {"conv2", Conv(cu, planes, planes, 3, stride, 1, false)}, {"bn2", BatchNorm(cu, planes)},
+         {"conv3", Conv(cu, planes, planes * 4, 1, 1, 0, false)},
+         {"bn3", BatchNorm(cu, planes * 4)}};
+    src +=
+        "    out = torch.relu(self.bn1.forward(self.conv1.forward(x)))\n"
+        "    out = torch.relu(self.bn2.forward(self.conv2.forward(out)))\n"
+        "    out = self.bn3.forward(self.conv3.forward(out))\n";
+  } else {
+    c = {{"conv1", Conv(cu, inplanes, planes, 3, stride, 1, false)},
+         {"bn1", BatchNorm(cu, planes)},
+         {"conv2", Conv(cu, planes, planes, 3, 1, 1, false)},
+         {"bn2", BatchNorm(cu, planes)}};
+    src +=
+        "    out = torch.relu(self.bn1.forward(self.conv1.forward(x)))\n"
+        "    out = self.bn2.forward(self.conv2.forward(out))\n";
+  }
+  if (stride != 1 || inplanes != planes * expansion) {
+    c.emplace_back("downsample",
+                   Sequential(cu, {Conv(cu, inplanes, planes * expansion, 1, stride, 0, false),
+                                   BatchNorm(cu, planes * expansion)}));
+    src += "    return torch.relu(out + self.downsample.forward(x))\n";
+  } else {
+    src += "    return torch.relu(out + x)\n";
+  }
+  return Composite(cu, bottleneck ? "Bottleneck" : "BasicBlock", c, src);
+}
+
+Module ResNet(const CU& cu, const ModelSpec& s, bool bottleneck, const std::vector<int>& layers) {
+  const int64_t expansion = bottleneck ? 4 : 1;
+  std::vector<std::pair<std::string, Module>> c = {
+      {"conv1", Conv(cu, s.channels, 64, 7, 2, 3, false)}, {"bn1", BatchNorm(cu, 64)}};
+  int64_t inplanes = 64;
+  for (int stage = 0; stage < 4; ++stage) {
+    const int64_t planes = int64_t{64} << stage;
+    std::vector<Module> blocks;
+    for (int b = 0; b < layers[stage]; ++b) {
+      const int64_t stride = (stage > 0 && b == 0) ? 2 : 1;
+      blocks.push_back(ResBlock(cu, bottleneck, inplanes, planes, stride));
+      inplanes = planes * expansion;
+    }
+    c.emplace_back("layer" + std::to_string(stage + 1), Sequential(cu, blocks));
+  }
+  c.emplace_back("fc", Linear(cu, 512 * expansion, s.classes));
+  return Composite(cu, "ResNet", c, R"(
+def forward(self, x):
+    x = torch.relu(self.bn1.forward(self.conv1.forward(x)))
+    x = torch.max_pool2d(x, [3, 3], [2, 2], [1, 1], [1, 1], False)
+    x = self.layer1.forward(x)
+    x = self.layer2.forward(x)
+    x = self.layer3.forward(x)
+    x = self.layer4.forward(x)
+    x = torch.adaptive_avg_pool2d(x, [1, 1])
+    x = torch.flatten(x, 1)
+    return self.fc.forward(x)
+)");
+}
+
+Module Submodule(const Module& root, const std::string& dotted) {
+  Module m = root;
+  size_t pos = 0;
+  while (pos < dotted.size()) {
+    size_t dot = dotted.find('.', pos);
+    if (dot == std::string::npos) dot = dotted.size();
+    m = m.attr(dotted.substr(pos, dot - pos)).toModule();
+    pos = dot + 1;
+  }
+  return m;
+}
+
+// `name` is `prefix`, or inside it (prefix "layer1" matches "layer1.0.conv1.weight",
+// not "layer10.weight").
+bool UnderPrefix(const std::string& name, const std::string& prefix) {
+  if (prefix.empty() || name.compare(0, prefix.size(), prefix) != 0) return false;
+  return name.size() == prefix.size() || prefix.back() == '.' || name[prefix.size()] == '.';
+}
+
+// ---- multiply-add counting through RecordFunction ---------------------------
+
+thread_local double g_macs = 0;
+thread_local int g_depth = 0;
+
+bool Counted(const char* name) {
+  static const char* const kOps[] = {"aten::conv1d", "aten::conv2d", "aten::conv3d",
+                                     "aten::convolution", "aten::_convolution", "aten::linear",
+                                     "aten::addmm", "aten::mm", "aten::matmul", "aten::bmm"};
+  for (const char* op : kOps)
+    if (std::strcmp(name, op) == 0) return true;
+  return false;
+}
+
+double OpMacs(const at::RecordFunction& fn) {
+  const std::string name = fn.name();
+  auto in = fn.inputs();
+  auto tensor = [&](size_t i) -> const at::Tensor* {
+    return i < in.size() && in[i].isTensor() ? &in[i].toTensor() : nullptr;
+  };
+  if (name.find("conv") != std::string::npos) {
+    const at::Tensor* x = tensor(0);
+    const at::Tensor* w = tensor(1);
+    if (!x || !w || x->dim() < 3) return 0;
+    const int64_t spatial = w->dim() - 2;
+    double out_positions = 1;
+    for (int64_t d = 0; d < spatial; ++d) {
+      auto pick = [&](size_t arg, int64_t fallback) {
+        if (arg < in.size() && in[arg].isIntList()) {
+          auto v = in[arg].toIntVector();
+          if (!v.empty()) return v[std::min<size_t>(d, v.size() - 1)];
+        }
+        return fallback;
+      };
+      const int64_t stride = pick(3, 1), pad = pick(4, 0), dil = pick(5, 1);
+      const int64_t size = x->size(x->dim() - spatial + d), k = w->size(2 + d);
+      out_positions *= static_cast<double>((size + 2 * pad - dil * (k - 1) - 1) / stride + 1);
+    }
+    const double batch = x->dim() == spatial + 2 ? static_cast<double>(x->size(0)) : 1.0;
+    return batch * out_positions * static_cast<double>(w->numel());
+  }
+  if (name == "aten::linear") {
+    const at::Tensor* x = tensor(0);
+    const at::Tensor* w = tensor(1);
+    if (!x || !w || w->dim() != 2 || w->size(1) == 0) return 0;
+    return static_cast<double>(x->numel()) / w->size(1) * w->numel();
+  }
+  // addmm(bias, a, b), mm(a, b), matmul(a, b), bmm(a, b): a.numel() * b's last size.
+  const size_t first = name == "aten::addmm" ? 1 : 0;
+  const at::Tensor* a = tensor(first);
+  const at::Tensor* b = tensor(first + 1);
+  if (!a || !b || b->dim() < 1) return 0;
+  return static_cast<double>(a->numel()) * (b->dim() >= 2 ? b->size(-1) : 1);
+}
+
+std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
+  if (Counted(fn.name())) {
+    if (g_depth++ == 0) g_macs += OpMacs(fn);  // only the outermost: conv2d -> convolution -> ...
+  }
+  return nullptr;
+}
+
+void OnEnd(const at::RecordFunction& fn, at::ObserverContext*) {
+  if (Counted(fn.name())) --g_depth;
+}
+
+}  // namespace
+
+const std::vector<std::string>& BuiltinModelNames() {
+  static const std::vector<std::string> names = {"mlp", "cnn", "resnet18", "resnet34",
+                                                 "resnet50"};
+  return names;
+}
+
+Status Model::Build(const ModelSpec& spec, Model* out) {
+  if (spec.channels <= 0 || spec.height <= 0 || spec.width <= 0 || spec.classes <= 0)
+    return Status::InvalidArgument("model " + spec.name + ": the cache's records are not images " +
+                                   "of shape [C, H, W] with at least one class");
+  torch::manual_seed(spec.seed);
+  torch::NoGradGuard no_grad;
+  auto cu = std::make_shared<torch::jit::CompilationUnit>();
+  try {
+    if (spec.name == "mlp") {
+      out->module_ = Mlp(cu, spec);
+    } else if (spec.name == "cnn") {
+      out->module_ = Cnn(cu, spec);
+    } else if (spec.name == "resnet18") {
+      out->module_ = ResNet(cu, spec, false, {2, 2, 2, 2});
+    } else if (spec.name == "resnet34") {
+      out->module_ = ResNet(cu, spec, false, {3, 4, 6, 3});
+    } else if (spec.name == "resnet50") {
+      out->module_ = ResNet(cu, spec, true, {3, 4, 6, 3});
+    } else {
+      std::string all;
+      for (const auto& n : BuiltinModelNames()) all += (all.empty() ? "" : ", ") + n;
+      return Status::InvalidArgument("unknown model '" + spec.name + "' (built in: " + all +
+                                     "; or give a TorchScript file ending in .pt)");
+    }
+  } catch (const c10::Error& e) {
+    return Status::InvalidArgument("model " + spec.name + " could not be built: " +
+                                   e.what_without_backtrace());
+  }
+  out->training_ = true;
+  out->frozen_bn_.clear();
+  out->FindHead();
+  return Status::OK();
+}
+
+Status Model::Load(const std::string& path, Model* out) {
+  try {
+    out->module_ = torch::jit::load(path, torch::kCPU);
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    if (auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
+    return Status::IOError(path + ": not a loadable TorchScript file (" + what +
+                           "); save one from Python with torch.jit.script(model).save(path)");
+  }
+  for (const auto& p : out->module_.parameters(true)) p.requires_grad_(true);
+  out->module_.train(true);
+  out->training_ = true;
+  out->frozen_bn_.clear();
+  out->FindHead();
+  return Status::OK();
+}
+
+torch::Tensor Model::Forward(const torch::Tensor& x) {
+  c10::IValue y = module_.forward({x});
+  if (y.isTuple()) return y.toTuple()->elements().at(0).toTensor();  // e.g. (logits, aux)
+  return y.toTensor();
+}
+
+void Model::SetTraining(bool on) {
+  module_.train(on);
+  training_ = on;
+  if (on)
+    for (const auto& name : frozen_bn_) Submodule(module_, name).train(false);
+}
+
+void Model::To(const torch::Device& device) { module_.to(device); }
+
+torch::Device Model::device() const {
+  for (const auto& p : module_.parameters(true)) return p.device();
+  return torch::kCPU;
+}
+
+void Model::FindHead() {
+  head_.clear();
+  for (const auto& m : module_.named_modules()) {
+    torch::Tensor w, b;
+    for (const auto& p : m.value.named_parameters(false)) {
+      if (p.name == "weight") w = p.value;
+      if (p.name == "bias") b = p.value;
+    }
+    if (w.defined() && w.dim() == 2 && (!b.defined() || (b.dim() == 1 && b.size(0) == w.size(0))))
+      head_ = m.name;
+  }
+}
+
+int64_t Model::head_outputs() const {
+  if (head_.empty()) return -1;
+  return Submodule(module_, head_).attr("weight").toTensor().size(0);
+}
+
+Status Model::ReplaceHead(int64_t classes, uint64_t seed) {
+  if (head_.empty())
+    return Status::InvalidArgument(
+        "--replace-head: the model has no final linear layer (a submodule with a 2-D weight)");
+  Module head = Submodule(module_, head_);
+  torch::Tensor old_w = head.attr("weight").toTensor();
+  torch::manual_seed(seed ^ 0x6865616400000000ULL);
+  torch::NoGradGuard no_grad;
+  auto [w, b] = LinearInit(old_w.size(1), classes);
+  head.setattr("weight", w.to(old_w.device()).requires_grad_());
+  if (head.hasattr("bias") && head.attr("bias").isTensor())
+    head.setattr("bias", b.to(old_w.device()).requires_grad_());
+  return Status::OK();
+}
+
+Status Model::Freeze(const std::vector<std::string>& prefixes, const std::string& until,
+                     std::vector<std::string>* frozen) {
+  auto params = Parameters(false);
+  std::vector<bool> hit(prefixes.size(), false);
+  bool until_found = until.empty();
+  for (auto& [name, p] : params) {
+    bool freeze = false;
+    if (!until_found) {
+      if (UnderPrefix(name, until)) until_found = true;
+      else freeze = true;
+    }
+    for (size_t i = 0; i < prefixes.size(); ++i)
+      if (UnderPrefix(name, prefixes[i])) hit[i] = freeze = true;
+    if (freeze) {
+      p.requires_grad_(false);
+      if (frozen) frozen->push_back(name);
+    }
+  }
+  for (size_t i = 0; i < prefixes.size(); ++i)
+    if (!hit[i])
+      return Status::InvalidArgument("--freeze " + prefixes[i] +
+                                     ": no parameter of the model has that name or prefix "
+                                     "(first one: " +
+                                     (params.empty() ? std::string("none") : params[0].first) + ")");
+  if (!until_found)
+    return Status::InvalidArgument("--freeze-until " + until + ": no parameter has that name");
+  // BatchNorm layers whose parameters are all frozen keep their running statistics.
+  frozen_bn_.clear();
+  for (const auto& m : module_.named_modules()) {
+    if (m.name.empty() || !m.value.hasattr("running_mean")) continue;
+    bool all_frozen = true, any = false;
+    for (const auto& p : m.value.parameters(false)) {
+      any = true;
+      all_frozen = all_frozen && !p.requires_grad();
+    }
+    if (any && all_frozen) frozen_bn_.push_back(m.name);
+  }
+  SetTraining(training_);
+  return Status::OK();
+}
+
+Status Model::InitFrom(const std::string& path, InitReport* report) {
+  std::string file = path;
+  if (std::filesystem::is_directory(path)) file = (std::filesystem::path(path) / "model.pt").string();
+  Model src;
+  KILN_RETURN_IF_ERROR(Load(file, &src));
+  std::map<std::string, torch::Tensor> have;
+  for (auto& [n, t] : src.Parameters(false)) have[n] = t;
+  for (auto& [n, t] : src.Buffers()) have[n] = t;
+  InitReport r;
+  torch::NoGradGuard no_grad;
+  auto mine = Parameters(false);
+  auto bufs = Buffers();
+  mine.insert(mine.end(), bufs.begin(), bufs.end());
+  for (auto& [name, t] : mine) {
+    auto it = have.find(name);
+    if (it != have.end() && it->second.sizes() == t.sizes()) {
+      t.copy_(it->second);
+      r.loaded.push_back(name);
+    } else {
+      if (it != have.end()) r.skipped.push_back(name + " (shape " + c10::str(it->second.sizes()) +
+                                               ", model has " + c10::str(t.sizes()) + ")");
+      r.fresh.push_back(name);
+    }
+    if (it != have.end()) have.erase(it);
+  }
+  for (const auto& [name, t] : have) r.skipped.push_back(name + " (not in the model)");
+  if (r.loaded.empty())
+    return Status::InvalidArgument("--init " + path +
+                                   ": no parameter matches the model by name and shape");
+  if (report) *report = std::move(r);
+  return Status::OK();
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> Model::Parameters(bool trainable_only) const {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const auto& p : module_.named_parameters(true))
+    if (!trainable_only || p.value.requires_grad()) out.emplace_back(p.name, p.value);
+  return out;
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> Model::Buffers() const {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const auto& b : module_.named_buffers(true)) out.emplace_back(b.name, b.value);
+  return out;
+}
+
+int64_t Model::CountParameters(bool trainable_only) const {
+  int64_t n = 0;
+  for (const auto& [name, p] : Parameters(trainable_only)) n += p.numel();
+  return n;
+}
+
+Status Model::Probe(const std::vector<int64_t>& sample, double* macs, int64_t* outputs) {
+  std::vector<int64_t> shape = {1};
+  shape.insert(shape.end(), sample.begin(), sample.end());
+  const bool was_training = training_;
+  module_.train(false);
+  Status st;
+  g_macs = 0;
+  g_depth = 0;
+  auto handle = at::addThreadLocalCallback(
+      at::RecordFunctionCallback(OnStart, OnEnd).needsInputs(true).scopes({at::RecordScope::FUNCTION}));
+  try {
+    torch::NoGradGuard no_grad;
+    torch::Tensor y = Forward(torch::zeros(shape, torch::TensorOptions().device(device())));
+    if (outputs) *outputs = y.dim() >= 2 ? y.size(1) : -1;
+  } catch (const c10::Error& e) {
+    std::string what = e.what_without_backtrace();
+    st = Status::InvalidArgument("the model cannot take an input of shape " + c10::str(shape) +
+                                 ": " + what.substr(0, what.find('\n')));
+  }
+  at::removeCallback(handle);
+  if (macs) *macs = g_macs;
+  SetTraining(was_training);
+  return st;
+}
+
+Status Model::Save(const std::string& path) {
+  const std::string tmp = path + ".tmp";
+  try {
+    module_.save(tmp);
+  } catch (const c10::Error& e) {
+    return Status::IOError(path + ": cannot write the model: " + e.what_without_backtrace());
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return Status::IOError(path + ": " + ec.message());
+  return Status::OK();
+}
+
+Status CheckSameDevice(const Model& model, const torch::Tensor& inputs) {
+  const torch::Device m = model.device();
+  if (inputs.device() == m) return Status::OK();
+  return Status::InvalidArgument("the model is on " + m.str() + " but the first batch is on " +
+                                 inputs.device().str() +
+                                 ": model and data must share one device (--device)");
+}
+
+}  // namespace kiln::train

@@ -1,0 +1,125 @@
+// kiln train --data CACHE [--val CACHE] [options]: the LibTorch trainer.
+// Only the option table lives here; kiln::train does the work (and this
+// file does not include LibTorch).
+#include <iostream>
+#include <sstream>
+
+#include "command.h"
+#include "kiln/train/trainer.h"
+
+namespace kiln::tools {
+namespace {
+
+struct TrainArgs {
+  train::TrainOptions o;
+  std::string batch = "128";
+  std::string freeze;
+  std::string memory_budget;
+};
+
+// "auto" | N; "512MB", "4GB", "1.5GiB" or bytes.
+Status ParseBytes(const std::string& text, int64_t* out) {
+  double v = 0;
+  std::string unit;
+  std::istringstream in(text);
+  if (!(in >> v) || v < 0) return Status::InvalidArgument("--memory-budget " + text + ": not a size");
+  in >> unit;
+  double mult = 1;
+  if (unit == "" || unit == "B") mult = 1;
+  else if (unit == "KB") mult = 1e3;
+  else if (unit == "MB") mult = 1e6;
+  else if (unit == "GB") mult = 1e9;
+  else if (unit == "KiB") mult = 1024.0;
+  else if (unit == "MiB") mult = 1024.0 * 1024;
+  else if (unit == "GiB") mult = 1024.0 * 1024 * 1024;
+  else return Status::InvalidArgument("--memory-budget " + text + ": unit must be B, KB, MB, GB, KiB, MiB or GiB");
+  *out = static_cast<int64_t>(v * mult);
+  return Status::OK();
+}
+
+int RunTrain(TrainArgs& a) {
+  if (a.batch == "auto") {
+    a.o.batch_size = 0;
+  } else {
+    try {
+      size_t used = 0;
+      a.o.batch_size = std::stoll(a.batch, &used);
+      if (used != a.batch.size() || a.o.batch_size < 1) throw std::invalid_argument(a.batch);
+    } catch (const std::exception&) {
+      return ReportError("train", Status::InvalidArgument("--batch-size " + a.batch +
+                                                          ": expected a positive number or auto"));
+    }
+  }
+  if (!a.memory_budget.empty()) {
+    Status s = ParseBytes(a.memory_budget, &a.o.memory_budget);
+    if (!s.ok()) return ReportError("train", s);
+  }
+  std::stringstream list(a.freeze);
+  for (std::string item; std::getline(list, item, ',');)
+    if (!item.empty()) a.o.freeze.push_back(item);
+  train::TrainResult result;
+  Status s = train::Train(a.o, &result);
+  if (!s.ok()) return ReportError("train", s);
+  if (result.interrupted) return 130;
+  return kExitOk;
+}
+
+KILN_COMMAND(Command{
+    "train", "Train a model on a cache (LibTorch; CPU or CUDA)", 50,
+    [](CLI::App* sub) -> std::function<int()> {
+      auto a = std::make_shared<TrainArgs>();
+      train::TrainOptions& o = a->o;
+      sub->add_option("--data", o.data, "training cache directory")->required();
+      sub->add_option("--val", o.val, "validation cache directory (evaluated every epoch)");
+      sub->add_flag("--allow-mismatch", o.allow_mismatch,
+                    "accept a validation cache preprocessed differently from the training cache");
+      sub->add_flag("!--no-verify", o.verify, "skip the start-up `verify --level quick`");
+      sub->add_option("--model", o.model,
+                      "mlp | cnn | resnet18 | resnet34 | resnet50, or a TorchScript FILE.pt (default cnn)");
+      sub->add_option("--init", o.init, "load weights (by name and shape) from a kiln checkpoint "
+                                        "directory or a TorchScript file");
+      sub->add_flag("--replace-head", o.replace_head,
+                    "give the final linear layer the cache's number of classes (fresh weights)");
+      sub->add_option("--freeze", a->freeze, "freeze parameters by name prefix: PREFIX[,PREFIX...]");
+      sub->add_option("--freeze-until", o.freeze_until, "freeze every parameter before NAME");
+      sub->add_option("--epochs", o.epochs, "epochs (default 5)");
+      sub->add_option("--max-steps", o.max_steps,
+                      "stop after this many optimizer steps in all, saving a checkpoint with --save");
+      sub->add_option("--batch-size", a->batch, "micro-batch size, or auto (default 128)");
+      sub->add_option("--memory-budget", a->memory_budget,
+                      "limit for --batch-size auto, e.g. 4GB (default 50% of RAM on the CPU)");
+      sub->add_option("--max-batch", o.max_batch, "largest batch --batch-size auto tries (default 4096)");
+      sub->add_option("--accum-steps", o.accum_steps, "micro-batches per optimizer step (default 1)");
+      sub->add_option("--lr-scaling", o.lr_scaling,
+                      "none | linear | sqrt: scale --lr by effective batch / --base-batch");
+      sub->add_option("--base-batch", o.base_batch, "the batch size --lr is meant for (default 256)");
+      sub->add_option("--optimizer", o.optimizer, "sgd | adamw (default sgd)");
+      sub->add_option("--lr", o.lr, "learning rate (default 0.05)");
+      sub->add_option("--lr-head", o.lr_head, "learning rate of the final layer (default --lr)");
+      sub->add_option("--momentum", o.momentum, "SGD momentum (default 0.9)");
+      sub->add_flag("--nesterov", o.nesterov, "Nesterov momentum");
+      sub->add_option("--weight-decay", o.weight_decay, "weight decay (default 5e-4)");
+      sub->add_option("--schedule", o.schedule, "constant | step | cosine | onecycle (default cosine)");
+      sub->add_option("--warmup-epochs", o.warmup_epochs, "linear warm-up, in epochs (may be fractional)");
+      sub->add_option("--step-epochs", o.step_epochs, "step schedule: epochs between decays (default 30)");
+      sub->add_option("--gamma", o.gamma, "step schedule: decay factor (default 0.1)");
+      sub->add_option("--label-smoothing", o.label_smoothing, "label smoothing (default 0)");
+      sub->add_option("--precision", o.precision,
+                      "fp32 | bf16 | fp16 | auto (default auto: bf16/fp16 on a GPU, fp32 on the CPU)");
+      sub->add_option("--device", o.device, "auto | cpu | cuda | cuda:N (default auto)");
+      sub->add_option("--workers", o.workers, "loader threads (default 2)");
+      sub->add_option("--threads", o.threads, "LibTorch intra-op threads (default: LibTorch's)");
+      sub->add_option("--crop", o.crop, "random crop (val: center crop) to CROP x CROP at load time");
+      sub->add_flag("--flip", o.flip, "random horizontal flip at load time");
+      sub->add_flag("--channels-last", o.channels_last, "channels-last (NHWC) input layout");
+      sub->add_option("--seed", o.seed, "seed of weights, order and augmentation (default 0)");
+      sub->add_option("--log-every", o.log_every, "steps between progress lines (default 50)");
+      sub->add_option("--metrics", o.metrics, "write one JSON object per log step and per epoch");
+      sub->add_option("--save", o.save, "checkpoint directory, written after every epoch");
+      sub->add_option("--resume", o.resume, "continue from a checkpoint directory");
+      sub->add_option("--export", o.export_path, "write the trained model as TorchScript FILE.pt");
+      return [a] { return RunTrain(*a); };
+    }});
+
+}  // namespace
+}  // namespace kiln::tools
