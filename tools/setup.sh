@@ -1,7 +1,7 @@
 #!/bin/bash
 # kiln's one set-up script: installs the Debian packages kiln needs (only
 # those missing; idempotent), configures and builds into build/, then runs
-# the demo (build a cache of sample_data, verify it, inspect it) or the
+# the demo (build a cache of sample_data, verify it, inspect it, train on it) or the
 # test suite.
 #   usage: tools/setup.sh demo|test|build
 set -euo pipefail
@@ -46,6 +46,9 @@ case "$mode" in
     build/kiln verify "$out/val"
     echo "== kiln inspect"
     build/kiln inspect "$out/train"
+    echo "== kiln train: the built-in cnn on the cache (CPU or GPU), checkpoint and TorchScript export"
+    build/kiln train --data "$out/train" --val "$out/val" --model cnn --epochs 5 --batch-size 32 \
+      --log-every 5 --metrics "$out/metrics.jsonl" --save "$out/checkpoint" --export "$out/cnn.pt"
     ;;
   test)
     echo "== tests"

@@ -216,6 +216,15 @@ bool UnderPrefix(const std::string& name, const std::string& prefix) {
   return name.size() == prefix.size() || prefix.back() == '.' || name[prefix.size()] == '.';
 }
 
+// The informative line of a TorchScript error: its last non-empty one
+// ("RuntimeError: ..."), not the interpreter's traceback header.
+std::string LastLine(const std::string& what) {
+  size_t end = what.find_last_not_of(" \n");
+  if (end == std::string::npos) return what;
+  size_t start = what.rfind('\n', end);
+  return what.substr(start == std::string::npos ? 0 : start + 1, end + 1 - (start == std::string::npos ? 0 : start + 1));
+}
+
 // ---- multiply-add counting through RecordFunction ---------------------------
 
 thread_local double g_macs = 0;
@@ -501,10 +510,9 @@ Status Model::Probe(const std::vector<int64_t>& sample, double* macs, int64_t* o
     torch::NoGradGuard no_grad;
     torch::Tensor y = Forward(torch::zeros(shape, torch::TensorOptions().device(device())));
     if (outputs) *outputs = y.dim() >= 2 ? y.size(1) : -1;
-  } catch (const c10::Error& e) {
-    std::string what = e.what_without_backtrace();
-    st = Status::InvalidArgument("the model cannot take an input of shape " + c10::str(shape) +
-                                 ": " + what.substr(0, what.find('\n')));
+  } catch (const std::exception& e) {
+    st = Status::InvalidArgument("the model cannot take an input of shape " + c10::str(c10::IntArrayRef(shape)) +
+                                 ": " + LastLine(e.what()));
   }
   at::removeCallback(handle);
   if (macs) *macs = g_macs;

@@ -45,11 +45,7 @@ Status SearchBatchSize(int64_t first, int64_t max_batch, int64_t budget, const B
     } else if (budget > 0 && t.peak_bytes > budget) {
       t.note = "over the memory budget: stop";
     } else if (best > 0 && t.samples_per_second < best_rate * 1.05) {
-      t.note = "less than 5% faster: stop";
-      if (t.samples_per_second > best_rate) {
-        best = b;
-        best_rate = t.samples_per_second;
-      }
+      t.note = "less than 5% faster: stop";  // not worth the memory: keep the smaller
     }
     const bool stop = !t.note.empty();
     if (!stop && t.samples_per_second > best_rate) {
@@ -296,6 +292,7 @@ class Trainer {
   std::vector<double> base_lr_;  // per parameter group, after --lr-scaling
   LossScaler scaler_{LossScalerOptions{false}};
   std::vector<torch::Tensor> trainable_;
+  std::vector<std::string> optimized_;
   int64_t batch_ = 0;
   Checkpoint start_;  // where this run starts (a resumed checkpoint or zero)
   int64_t global_step_ = 0;
@@ -525,9 +522,11 @@ Status Trainer::MakeOptimizer() {
   const double lr_head = (o_.lr_head >= 0 ? o_.lr_head : o_.lr) * factor;
   std::vector<torch::Tensor> body, head;
   const std::string& h = model_.head();
+  optimized_.clear();
   for (const auto& [name, p] : model_.Parameters(true)) {
     const bool in_head = !h.empty() && o_.lr_head >= 0 && name.rfind(h + ".", 0) == 0;
     (in_head ? head : body).push_back(p);
+    optimized_.push_back(name);
   }
   std::vector<torch::optim::OptimizerParamGroup> groups;
   base_lr_.clear();
@@ -707,6 +706,7 @@ Status Trainer::Run(TrainResult* result) {
          << start_.step_in_epoch << " of it, " << global_step_ << " steps done\n";
   }
   result->batch_size = batch_;
+  result->optimized = optimized_;
 
   TensorLoaderOptions lo;
   lo.loader.batch_size = static_cast<uint64_t>(batch_);
@@ -864,8 +864,12 @@ Status Train(const TrainOptions& options, TrainResult* result) {
     Status s = t.Run(&local);
     if (result) *result = std::move(local);
     return s;
-  } catch (const c10::Error& e) {
-    std::string what = e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    // TorchScript errors carry an interpreter traceback; the last line says what failed.
+    std::string what = e.what();
+    size_t end = what.find_last_not_of(" \n");
+    size_t start = end == std::string::npos ? std::string::npos : what.rfind('\n', end);
+    if (start != std::string::npos) what = what.substr(start + 1, end - start);
     return Status::InvalidArgument("training failed in LibTorch: " + what.substr(0, 2000));
   }
 }

@@ -1,9 +1,12 @@
-#include <catch2/catch.hpp>
-#include <cstring>
 #include <torch/cuda.h>
+
+#include <cstring>
 
 #include "kiln/cache_writer.h"
 #include "kiln/train/tensor_loader.h"
+// LibTorch brings glog, whose CHECK would replace Catch's.
+#undef CHECK
+#include <catch2/catch.hpp>
 #include "test_util.h"
 
 using namespace kiln;

@@ -83,6 +83,7 @@ struct TrainResult {
   int64_t steps = 0;               // optimizer steps done in all (also before a resume)
   int64_t skipped_steps = 0;       // fp16 steps skipped for inf/NaN gradients
   int64_t batch_size = 0;          // the micro-batch used (chosen, when automatic)
+  std::vector<std::string> optimized;  // names of the parameters in the optimizer
   bool interrupted = false;        // stopped by SIGINT after saving a checkpoint
   std::string checkpoint;          // the last checkpoint written, "" if none
 };

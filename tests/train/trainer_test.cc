@@ -1,0 +1,452 @@
+// kiln train: models, mixed precision, the loss scaler, accumulation, the
+// automatic batch size, freezing, checkpoints and resume, TorchScript
+// models, and the start-up checks - on the CPU, on caches of sample_data/.
+#include <torch/script.h>
+#include <torch/torch.h>
+// LibTorch brings glog, whose CHECK would replace Catch's.
+#undef CHECK
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <map>
+#include <sstream>
+
+#include "kiln/train/amp.h"
+#include "kiln/train/model.h"
+#include "kiln/train/trainer.h"
+#include "test_util.h"
+
+using namespace kiln;
+using namespace kiln::testing;
+using namespace kiln::train;
+
+namespace {
+
+// Caches of sample_data/fashion (300 train, 100 val 28x28 grayscale), built
+// with the kiln binary into `dir`. Empty when kiln was built without images.
+bool BuildSampleCaches(const TempDir& dir, const std::string& val_mean = "0.2860") {
+  std::string out;
+  const std::string norm = " --channels 1 --dtype float16 --std 0.3530 --progress none";
+  const std::string kiln = KILN_BIN;
+  if (RunCommand(kiln + " build --help", &out) != 0) return false;
+  REQUIRE(RunCommand(kiln + " build " KILN_SAMPLE_DATA "/fashion/train " + dir / "train" +
+                         " --mean 0.2860" + norm, &out) == 0);
+  REQUIRE(RunCommand(kiln + " build " KILN_SAMPLE_DATA "/fashion/val " + dir / "val" +
+                         " --mean " + val_mean + norm, &out) == 0);
+  return true;
+}
+
+TrainOptions Quiet(const std::string& data, std::ostringstream* log) {
+  TrainOptions o;
+  o.data = data;
+  o.batch_size = 32;
+  o.epochs = 1;
+  o.log_every = 0;
+  o.workers = 2;
+  o.precision = "fp32";
+  o.device = "cpu";
+  o.log = log;
+  return o;
+}
+
+std::map<std::string, torch::Tensor> LoadTensors(const std::string& file) {
+  Model m;
+  REQUIRE(Model::Load(file, &m).ok());
+  std::map<std::string, torch::Tensor> out;
+  for (auto& [n, t] : m.Parameters(false)) out[n] = t.detach().clone();
+  for (auto& [n, t] : m.Buffers()) out[n] = t.detach().clone();
+  return out;
+}
+
+double MaxDifference(const std::map<std::string, torch::Tensor>& a,
+                     const std::map<std::string, torch::Tensor>& b) {
+  REQUIRE(a.size() == b.size());
+  double worst = 0;
+  for (const auto& [n, t] : a) {
+    REQUIRE(b.count(n) == 1);
+    if (!t.is_floating_point()) {
+      REQUIRE(torch::equal(t, b.at(n)));
+      continue;
+    }
+    worst = std::max(worst, (t - b.at(n)).abs().max().item<double>());
+  }
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("resnet models have torchvision's parameter names, shapes and counts", "[train][model]") {
+  Model m;
+  REQUIRE(Model::Build({"resnet18", 3, 64, 64, 1000, 0}, &m).ok());
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (auto& [n, t] : m.Parameters(false)) shapes[n] = t.sizes().vec();
+  CHECK(m.CountParameters(false) == 11689512);  // torchvision.models.resnet18()
+  CHECK((shapes.at("conv1.weight") == std::vector<int64_t>{64, 3, 7, 7}));
+  CHECK((shapes.at("layer1.0.conv1.weight") == std::vector<int64_t>{64, 64, 3, 3}));
+  CHECK((shapes.at("layer2.0.downsample.0.weight") == std::vector<int64_t>{128, 64, 1, 1}));
+  CHECK((shapes.at("layer2.0.downsample.1.bias") == std::vector<int64_t>{128}));
+  CHECK((shapes.at("fc.weight") == std::vector<int64_t>{1000, 512}));
+  bool tracked = false;
+  for (auto& [n, t] : m.Buffers()) tracked = tracked || n == "layer4.1.bn2.num_batches_tracked";
+  CHECK(tracked);
+  CHECK(m.head() == "fc");
+
+  Model r50;
+  REQUIRE(Model::Build({"resnet50", 3, 64, 64, 1000, 0}, &r50).ok());
+  CHECK(r50.CountParameters(false) == 25557032);  // torchvision.models.resnet50()
+  double macs = 0;
+  int64_t outputs = 0;
+  Model r18;
+  REQUIRE(Model::Build({"resnet18", 3, 224, 224, 1000, 0}, &r18).ok());
+  REQUIRE(r18.Probe({3, 224, 224}, &macs, &outputs).ok());
+  CHECK(outputs == 1000);
+  CHECK(macs == Approx(1.814e9).epsilon(0.01));  // resnet18's well-known 1.8 GMACs at 224
+
+  Model bad;
+  CHECK(Model::Build({"vgg", 3, 64, 64, 10, 0}, &bad).IsInvalidArgument());
+}
+
+TEST_CASE("cnn on sample_data: the loss falls and accuracy rises above chance", "[train]") {
+  TempDir dir;
+  if (!BuildSampleCaches(dir)) return;
+  std::ostringstream log;
+  TrainOptions o = Quiet(dir / "train", &log);
+  o.val = dir / "val";
+  o.epochs = 4;
+  o.metrics = dir / "metrics.jsonl";
+  TrainResult r;
+  Status s = Train(o, &r);
+  INFO(log.str());
+  REQUIRE(s.ok());
+  REQUIRE(r.epochs.size() == 4);
+  CHECK(r.epochs.back().train_loss < 0.8 * r.epochs.front().train_loss);
+  CHECK(r.epochs.back().val_top1 > 0.3);  // 10 classes: chance is 0.1
+  CHECK(r.epochs.back().val_top5 > r.epochs.back().val_top1);
+  CHECK(r.epochs.back().data_wait_seconds >= 0);
+  CHECK(log.str().find("input is") != std::string::npos);
+  // One JSON line per epoch (log_every 0: no step lines).
+  const std::string metrics = ReadFile(dir / "metrics.jsonl");
+  CHECK(std::count(metrics.begin(), metrics.end(), '\n') == 4);
+  CHECK(metrics.find("\"val_top1\"") != std::string::npos);
+}
+
+TEST_CASE("bf16 autocast on the CPU gives bf16 activations and trains", "[train][amp]") {
+  Model m;
+  REQUIRE(Model::Build({"cnn", 1, 28, 28, 10, 0}, &m).ok());
+  torch::Tensor x = torch::randn({4, 1, 28, 28});
+  {
+    AutocastGuard amp(torch::kCPU, Precision::kBf16);
+    CHECK(m.Forward(x).scalar_type() == torch::kBFloat16);
+  }
+  CHECK(m.Forward(x).scalar_type() == torch::kFloat);  // the scope ended
+
+  TempDir dir;
+  if (!BuildSampleCaches(dir)) return;
+  std::ostringstream log;
+  TrainOptions o = Quiet(dir / "train", &log);
+  o.precision = "bf16";
+  o.epochs = 3;
+  TrainResult r;
+  Status s = Train(o, &r);
+  INFO(log.str());
+  REQUIRE(s.ok());
+  CHECK(log.str().find("precision bf16") != std::string::npos);
+  CHECK(r.epochs.back().train_loss < r.epochs.front().train_loss);
+}
+
+TEST_CASE("the loss scaler grows, backs off and skips as GradScaler does", "[train][amp]") {
+  LossScaler defaults;
+  CHECK(defaults.scale() == 65536.0);
+
+  LossScalerOptions so;
+  so.growth_interval = 3;
+  LossScaler scaler(so);
+  torch::Tensor w = torch::ones({4}, torch::requires_grad());
+  auto backward = [&](double inject) {
+    w.mutable_grad() = torch::Tensor();
+    torch::Tensor loss = (w * torch::tensor({1.0f, 2.0f, 3.0f, 4.0f})).sum();
+    scaler.Scale(loss).backward();
+    if (inject != 0) w.mutable_grad()[2] = inject;  // an overflowed gradient
+  };
+  for (int i = 0; i < 3; ++i) {
+    backward(0);
+    REQUIRE(scaler.UnscaleAndCheck({w}));
+    CHECK(torch::allclose(w.grad(), torch::tensor({1.0f, 2.0f, 3.0f, 4.0f})));  // unscaled
+    scaler.Update(false);
+  }
+  CHECK(scaler.scale() == 131072.0);  // x2 after 3 clean steps
+  CHECK(scaler.growth_tracker() == 0);
+
+  backward(0);
+  REQUIRE(scaler.UnscaleAndCheck({w}));
+  scaler.Update(false);
+  CHECK(scaler.growth_tracker() == 1);
+  backward(std::numeric_limits<float>::infinity());
+  CHECK_FALSE(scaler.UnscaleAndCheck({w}));  // skip this step
+  scaler.Update(true);
+  CHECK(scaler.scale() == 65536.0);  // x0.5
+  CHECK(scaler.growth_tracker() == 0);
+  CHECK(scaler.skipped_steps() == 1);
+  backward(std::numeric_limits<float>::quiet_NaN());
+  CHECK_FALSE(scaler.UnscaleAndCheck({w}));
+  scaler.Update(true);
+  CHECK(scaler.scale() == 32768.0);
+
+  LossScaler off(LossScalerOptions{false});
+  CHECK(off.scale() == 1.0);
+  backward(std::numeric_limits<float>::infinity());
+  CHECK(off.UnscaleAndCheck({w}));  // disabled: never skips
+}
+
+TEST_CASE("K micro-batches of B give the update of one batch of K*B", "[train]") {
+  TempDir dir;
+  if (!BuildSampleCaches(dir)) return;
+  auto run = [&](int64_t batch, int accum, const std::string& save) {
+    std::ostringstream log;
+    TrainOptions o = Quiet(dir / "train", &log);
+    o.model = "mlp";  // no BatchNorm: micro-batch statistics would differ
+    o.batch_size = batch;
+    o.accum_steps = accum;
+    o.max_steps = 2;
+    o.lr = 0.1;
+    o.schedule = "constant";
+    o.save = save;
+    TrainResult r;
+    Status s = Train(o, &r);
+    INFO(log.str());
+    REQUIRE(s.ok());
+    REQUIRE(r.steps == 2);
+    return LoadTensors(save + "/model.pt");
+  };
+  auto one = run(64, 1, dir / "one");
+  auto accumulated = run(16, 4, dir / "four");
+  auto unaccumulated = run(16, 1, dir / "plain");
+  CHECK(MaxDifference(one, accumulated) < 1e-5);
+  CHECK(MaxDifference(one, unaccumulated) > 1e-3);  // the comparison can fail
+}
+
+TEST_CASE("automatic batch size stops at out-of-memory, the budget or a plateau", "[train]") {
+  int64_t chosen = 0;
+  std::vector<BatchTrial> table;
+  // Simulated device: 1 MB per sample, out of memory beyond 256, rate grows.
+  auto device = [](int64_t b) {
+    BatchTrial t;
+    t.out_of_memory = b > 256;
+    t.peak_bytes = b * 1000000;
+    t.samples_per_second = 1000.0 * std::sqrt(static_cast<double>(b));
+    return t;
+  };
+  REQUIRE(SearchBatchSize(32, 4096, 0, device, &chosen, &table).ok());
+  CHECK(chosen == 256);
+  REQUIRE(table.size() == 5);  // 32 64 128 256 512(oom)
+  CHECK(table.back().out_of_memory);
+  CHECK(table.back().note.find("out of memory") != std::string::npos);
+
+  REQUIRE(SearchBatchSize(32, 4096, 100000000, device, &chosen, &table).ok());
+  CHECK(chosen == 64);  // 128 needs 128 MB > 100 MB
+  CHECK(table.back().batch == 128);
+
+  auto plateau = [](int64_t b) {
+    BatchTrial t;
+    t.samples_per_second = b <= 64 ? 100.0 * b : 6500;
+    return t;
+  };
+  REQUIRE(SearchBatchSize(16, 4096, 0, plateau, &chosen, &table).ok());
+  CHECK(chosen == 64);
+  CHECK(table.back().batch == 128);
+
+  CHECK(SearchBatchSize(32, 4096, 1000, device, &chosen, &table).IsInvalidArgument());
+
+  // The real search on the CPU, end to end.
+  TempDir dir;
+  if (!BuildSampleCaches(dir)) return;
+  std::ostringstream log;
+  TrainOptions o = Quiet(dir / "train", &log);
+  o.batch_size = 0;
+  o.max_batch = 64;
+  TrainResult r;
+  Status s = Train(o, &r);
+  INFO(log.str());
+  REQUIRE(s.ok());
+  CHECK((r.batch_size == 32 || r.batch_size == 64));
+  CHECK(log.str().find("chose") != std::string::npos);
+}
+
+TEST_CASE("frozen parameters stay unchanged and are not optimized", "[train]") {
+  TempDir dir;
+  if (!BuildSampleCaches(dir)) return;
+  std::ostringstream log;
+  TrainOptions o = Quiet(dir / "train", &log);
+  o.freeze = {"conv1", "bn1"};
+  o.epochs = 2;
+  o.save = dir / "ck";
+  TrainResult r;
+  Status s = Train(o, &r);
+  INFO(log.str());
+  REQUIRE(s.ok());
+  Model initial;
+  REQUIRE(Model::Build({"cnn", 1, 28, 28, 10, 0}, &initial).ok());
+  std::map<std::string, torch::Tensor> before;
+  for (auto& [n, t] : initial.Parameters(false)) before[n] = t;
+  for (auto& [n, t] : initial.Buffers()) before[n] = t;
+  auto after = LoadTensors(dir / "ck/model.pt");
+  for (const char* name : {"conv1.weight", "bn1.weight", "bn1.bias", "bn1.running_mean",
+                           "bn1.running_var"}) {
+    INFO(name);
+    CHECK(torch::equal(before.at(name), after.at(name)));  // BatchNorm stayed in eval mode
+  }
+  CHECK_FALSE(torch::equal(before.at("conv2.weight"), after.at("conv2.weight")));
+  CHECK_FALSE(torch::equal(before.at("bn2.running_mean"), after.at("bn2.running_mean")));
+  for (const auto& n : r.optimized) CHECK((n.rfind("conv1.", 0) != 0 && n.rfind("bn1.", 0) != 0));
+  CHECK(r.optimized.size() == initial.Parameters(false).size() - 3);
+
+  o.freeze = {"conv9"};
+  CHECK(Train(o, &r).IsInvalidArgument());
+  o.freeze = {};
+  o.freeze_until = "fc";
+  o.save = "";
+  REQUIRE(Train(o, &r).ok());
+  CHECK((r.optimized == std::vector<std::string>{"fc.weight", "fc.bias"}));
+}
+
+TEST_CASE("a checkpoint resumed mid-epoch ends where an uninterrupted run ends", "[train]") {
+  TempDir dir;
+  if (!BuildSampleCaches(dir)) return;
+  auto options = [&](std::ostringstream* log) {
+    TrainOptions o = Quiet(dir / "train", log);
+    o.epochs = 2;  // 300 samples / 32 = 9 steps per epoch
+    o.seed = 7;
+    return o;
+  };
+  std::ostringstream log;
+  TrainOptions whole = options(&log);
+  whole.save = dir / "whole";
+  TrainResult r;
+  REQUIRE(Train(whole, &r).ok());
+  REQUIRE(r.steps == 18);
+
+  TrainOptions first = options(&log);
+  first.save = dir / "parts";
+  first.max_steps = 5;  // stops inside epoch 1
+  REQUIRE(Train(first, &r).ok());
+  REQUIRE(r.steps == 5);
+  TrainOptions rest = options(&log);
+  rest.save = dir / "parts";
+  rest.resume = dir / "parts";
+  Status s = Train(rest, &r);
+  INFO(log.str());
+  REQUIRE(s.ok());
+  CHECK(r.steps == 18);
+  CHECK(MaxDifference(LoadTensors(dir / "whole/model.pt"), LoadTensors(dir / "parts/model.pt")) ==
+        0.0);
+
+  TrainOptions other = options(&log);
+  other.resume = dir / "parts";
+  other.batch_size = 64;
+  CHECK(Train(other, &r).IsInvalidArgument());  // says which batch the checkpoint used
+}
+
+TEST_CASE("model and data on different devices is an error naming both", "[train]") {
+  Model m;
+  REQUIRE(Model::Build({"mlp", 1, 8, 8, 3, 0}, &m).ok());
+  CHECK(CheckSameDevice(m, torch::zeros({2, 1, 8, 8})).ok());
+  torch::Tensor elsewhere = torch::empty({2, 1, 8, 8}, torch::TensorOptions().device(torch::kMeta));
+  Status s = CheckSameDevice(m, elsewhere);
+  CHECK(s.IsInvalidArgument());
+  CHECK(s.message().find("model is on cpu") != std::string::npos);
+  CHECK(s.message().find("meta") != std::string::npos);
+}
+
+TEST_CASE("a TorchScript model trains, takes a new head, initializes and exports", "[train]") {
+  TempDir dir;
+  if (!BuildSampleCaches(dir)) return;
+  // A TorchScript file from elsewhere with 3 outputs (the cache has 10 classes).
+  Model three;
+  REQUIRE(Model::Build({"mlp", 1, 28, 28, 3, 5}, &three).ok());
+  REQUIRE(three.Save(dir / "three.pt").ok());
+  std::ostringstream log;
+  TrainOptions o = Quiet(dir / "train", &log);
+  o.model = dir / "three.pt";
+  TrainResult r;
+  Status s = Train(o, &r);
+  CHECK(s.IsInvalidArgument());
+  CHECK(s.message().find("--replace-head") != std::string::npos);
+
+  o.replace_head = true;
+  o.epochs = 2;
+  o.export_path = dir / "trained.pt";
+  s = Train(o, &r);
+  INFO(log.str());
+  REQUIRE(s.ok());
+  torch::jit::Module exported = torch::jit::load(dir / "trained.pt");
+  torch::Tensor y = exported.forward({torch::zeros({2, 1, 28, 28})}).toTensor();
+  CHECK(y.sizes() == torch::IntArrayRef({2, 10}));
+  auto before = LoadTensors(dir / "three.pt");
+  auto after = LoadTensors(dir / "trained.pt");
+  CHECK_FALSE(torch::equal(before.at("fc1.weight"), after.at("fc1.weight")));  // it trained
+
+  // --init from the export into a built-in mlp: everything loads.
+  Model fresh;
+  REQUIRE(Model::Build({"mlp", 1, 28, 28, 10, 9}, &fresh).ok());
+  InitReport report;
+  REQUIRE(fresh.InitFrom(dir / "trained.pt", &report).ok());
+  CHECK(report.loaded.size() == 6);
+  CHECK(report.fresh.empty());
+  // ... and into a 3-class one: the head is skipped and stays fresh.
+  REQUIRE(fresh.InitFrom(dir / "three.pt", &report).ok());
+  Model small;
+  REQUIRE(Model::Build({"mlp", 1, 28, 28, 7, 9}, &small).ok());
+  REQUIRE(small.InitFrom(dir / "trained.pt", &report).ok());
+  CHECK(report.loaded.size() == 4);
+  CHECK((report.fresh == std::vector<std::string>{"fc.weight", "fc.bias"}));
+}
+
+TEST_CASE("start-up checks: damaged caches and mismatched validation caches are refused",
+          "[train]") {
+  TempDir dir;
+  if (!BuildSampleCaches(dir, "0.5")) return;  // val normalized with another mean
+  std::ostringstream log;
+  TrainOptions o = Quiet(dir / "train", &log);
+  o.val = dir / "val";
+  TrainResult r;
+  Status s = Train(o, &r);
+  CHECK(s.IsInvalidArgument());
+  CHECK(s.message().find("mean: [0.286] vs [0.5]") != std::string::npos);
+  CHECK(s.message().find("--allow-mismatch") != std::string::npos);
+  o.allow_mismatch = true;
+  CHECK(Train(o, &r).ok());
+
+  // A truncated shard: verify --level quick at start-up catches it.
+  std::string shard;
+  for (const auto& e : std::filesystem::directory_iterator(dir / "train"))
+    if (e.path().extension() == ".mdb") shard = e.path().string();
+  REQUIRE(!shard.empty());
+  std::filesystem::resize_file(shard, std::filesystem::file_size(shard) - 4096);
+  s = Train(Quiet(dir / "train", &log), &r);
+  CHECK(s.IsCorruption());
+  CHECK(s.message().find("kiln verify") != std::string::npos);
+}
+
+TEST_CASE("learning-rate schedules", "[train]") {
+  TrainOptions o;
+  o.schedule = "cosine";
+  o.warmup_epochs = 1;
+  CHECK(ScheduledLr(o, 1.0, 0, 10, 100) == Approx(0.1));
+  CHECK(ScheduledLr(o, 1.0, 9, 10, 100) == Approx(1.0));
+  CHECK(ScheduledLr(o, 1.0, 10, 10, 100) == Approx(1.0));
+  CHECK(ScheduledLr(o, 1.0, 55, 10, 100) == Approx(0.5));
+  CHECK(ScheduledLr(o, 1.0, 100, 10, 100) == Approx(0.0).margin(1e-12));
+  o.schedule = "step";
+  o.warmup_epochs = 0;
+  o.step_epochs = 2;
+  o.gamma = 0.1;
+  CHECK(ScheduledLr(o, 1.0, 19, 10, 100) == Approx(1.0));
+  CHECK(ScheduledLr(o, 1.0, 20, 10, 100) == Approx(0.1));
+  CHECK(ScheduledLr(o, 1.0, 45, 10, 100) == Approx(0.01));
+  o.schedule = "onecycle";
+  CHECK(ScheduledLr(o, 1.0, 0, 10, 100) == Approx(0.04));
+  CHECK(ScheduledLr(o, 1.0, 30, 10, 100) == Approx(1.0));
+  CHECK(ScheduledLr(o, 1.0, 100, 10, 100) == Approx(0.04 / 1e4));
+  o.schedule = "constant";
+  CHECK(ScheduledLr(o, 0.3, 77, 10, 100) == Approx(0.3));
+}
