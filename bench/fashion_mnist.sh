@@ -128,12 +128,12 @@ print(f"| epoch | seconds | samples/s | data stall % | train acc % | test top-1 
 print(f"| ----- | ------- | --------- | ------------ | ----------- | ------------ |")
 for j in epochs:
     print(f"| {j['epoch']:>5} | {j['seconds']:>7.1f} | {j['samples_per_s']:>9.0f} | "
-          f"{100 * j['data_wait_share']:>12.2f} | {100 * j['train_acc']:>11.2f} | {100 * j['val_top1']:>12.2f} |")
+          f"{100 * j['data_wait_share']:>12.4f} | {100 * j['train_acc']:>11.2f} | {100 * j['val_top1']:>12.2f} |")
 print()
 best = max(100 * j["val_top1"] for j in epochs)
 final = 100 * epochs[-1]["val_top1"]
 stall = max(100 * j["data_wait_share"] for j in epochs)
 print(f"best/final top-1 = {best:.2f}%/{final:.2f}% (goal >= 91.0) {'PASS' if final >= 91.0 else 'MISS'}")
-print(f"max data stall = {stall:.2f}% (goal < 2) {'PASS' if stall < 2.0 else 'MISS'}")
+print(f"max data stall = {stall:.4f}% (goal < 2) {'PASS' if stall < 2.0 else 'MISS'}")
 EOF
 exit 0

@@ -1,5 +1,9 @@
 // kiln verify CACHE: proves a cache intact and complete.
+#include <unistd.h>
+
+#include <cstdio>
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include "command.h"
 #include "kiln/verify.h"
@@ -14,13 +18,52 @@ struct VerifyArgs {
   int threads = 0;
   uint64_t sample = 64;
   uint64_t seed = 0;
+  std::string progress = "auto";
 };
+
+// Progress on stderr (stdout carries the report): a live line on a
+// terminal, a plain line every 10 s otherwise, or JSON objects.
+std::function<void(const VerifyProgress&)> MakeProgress(const std::string& dir,
+                                                         const std::string& want) {
+  const std::string mode = want == "auto" ? (::isatty(STDERR_FILENO) ? "tty" : "plain") : want;
+  if (mode == "none") return {};
+  auto last = std::make_shared<double>(-1);
+  return [dir, mode, last](const VerifyProgress& p) {
+    const double rate = p.seconds > 0 ? p.done / p.seconds : 0;
+    const double eta = rate > 0 ? (p.total - p.done) / rate : 0;
+    const double mbs = p.seconds > 0 ? p.bytes / p.seconds / 1e6 : 0;
+    if (mode == "json") {
+      if (!p.final && p.seconds - *last < 1) return;
+      *last = p.seconds;
+      nlohmann::json j = {{"cache", dir}, {"done", p.done}, {"total", p.total},
+                          {"records_per_s", rate}, {"mb_per_s", mbs}, {"eta_s", eta},
+                          {"final", p.final}};
+      std::cerr << j.dump() << std::endl;
+    } else if (mode == "tty") {
+      if (!p.final && p.seconds - *last < 0.2) return;
+      if (p.final && *last < 0) return;  // finished before the first update: no line
+      *last = p.seconds;
+      std::fprintf(stderr, "\rverify %s: %llu/%llu records  %.1f MB/s  ETA %.0f s   %s", dir.c_str(),
+                   (unsigned long long)p.done, (unsigned long long)p.total, mbs, eta,
+                   p.final ? "\n" : "");
+    } else if (p.seconds - std::max(0.0, *last) >= 10 || (p.final && *last >= 0)) {
+      *last = p.seconds;
+      std::fprintf(stderr, "verify %s: %llu/%llu records, %.1f MB/s, ETA %.0f s\n", dir.c_str(),
+                   (unsigned long long)p.done, (unsigned long long)p.total, mbs, eta);
+    }
+  };
+}
 
 int RunVerify(const VerifyArgs& a) {
   VerifyOptions o;
   Status s = ParseVerifyLevel(a.level, &o.level);
   if (!s.ok()) return ReportError("verify", s);
   o.threads = a.threads;
+  if (a.progress != "auto" && a.progress != "tty" && a.progress != "plain" &&
+      a.progress != "json" && a.progress != "none")
+    return ReportError("verify", Status::InvalidArgument("--progress " + a.progress +
+                                                         ": expected auto, tty, plain, json or none"));
+  o.progress = MakeProgress(a.dir, a.progress);
   VerifyReport r;
   if (o.level > VerifyLevel::kFull) {
     const SourceVerifier* fn = GetSourceVerifier();
@@ -70,6 +113,8 @@ KILN_COMMAND(Command{"verify", "Check a cache: manifest, shards, headers, checks
                        sub->add_option("--seed", a->seed, "deep: seed of the sample");
                        sub->add_flag("--json", a->json, "print the report as one JSON document");
                        sub->add_option("--threads", a->threads, "worker threads (0 = all cores)");
+                       sub->add_option("--progress", a->progress,
+                                       "auto | tty | plain | json | none (on stderr)");
                        return [a] { return RunVerify(*a); };
                      }});
 

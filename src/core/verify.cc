@@ -178,7 +178,23 @@ class Verifier {
     mdb_cursor_close(cur);
     rep_->records_checked += found;
     if (opt_.level >= VerifyLevel::kFull) CheckPayloads(info, slots);
+    progress_done_ += info.count;
+    Report(progress_done_, false);
   }
+
+ public:
+  void Report(uint64_t done, bool final) {
+    if (!opt_.progress) return;
+    VerifyProgress p;
+    p.done = std::min(done, m_.count);
+    p.total = m_.count;
+    p.bytes = progress_bytes_;
+    p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+    p.final = final;
+    opt_.progress(p);
+  }
+
+ private:
 
   void CheckHeader(const ShardInfo& info, uint64_t idx, const uint8_t* value, size_t size,
                    std::vector<Slot>* slots) {
@@ -202,17 +218,25 @@ class Verifier {
   }
 
   void CheckPayloads(const ShardInfo& info, const std::vector<Slot>& slots) {
-    auto work = [&] {
-      tbb::parallel_for(tbb::blocked_range<size_t>(0, slots.size(), 16),
-                        [&](const tbb::blocked_range<size_t>& r) {
-                          for (size_t i = r.begin(); i != r.end(); ++i) CheckPayload(info, slots[i]);
-                        });
-    };
-    if (opt_.threads > 0) {
-      tbb::task_arena arena(opt_.threads);
-      arena.execute(work);
-    } else {
-      work();
+    // Blocks of records, so that progress can be reported between them.
+    // About 64 MB of payload per block.
+    const size_t kBlock =
+        slots.empty() ? 1 : std::max<size_t>(64, (size_t{64} << 20) / std::max<size_t>(1, slots[0].size));
+    std::unique_ptr<tbb::task_arena> arena;
+    if (opt_.threads > 0) arena = std::make_unique<tbb::task_arena>(opt_.threads);
+    for (size_t begin = 0; begin < slots.size(); begin += kBlock) {
+      const size_t end = std::min(slots.size(), begin + kBlock);
+      auto work = [&] {
+        tbb::parallel_for(tbb::blocked_range<size_t>(begin, end, 16),
+                          [&](const tbb::blocked_range<size_t>& r) {
+                            for (size_t i = r.begin(); i != r.end(); ++i)
+                              CheckPayload(info, slots[i]);
+                          });
+      };
+      if (arena) arena->execute(work);
+      else work();
+      for (size_t i = begin; i < end; ++i) progress_bytes_ += slots[i].size;
+      Report(progress_done_ + end, false);
     }
     XXH3_state_t digest;
     // A stack state must be initialized before reset (xxhash.h: XXH3_INITSTATE).
@@ -241,6 +265,8 @@ class Verifier {
       Problem(static_cast<int64_t>(s.index), info.file, "payload holds NaN or Inf");
   }
 
+  std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
+  uint64_t progress_done_ = 0, progress_bytes_ = 0;
   std::string dir_;
   VerifyOptions opt_;
   VerifyReport* rep_;
@@ -257,7 +283,9 @@ Status VerifyCache(const std::string& dir, const VerifyOptions& options, VerifyR
   *report = VerifyReport();
   report->level = options.level;
   const auto t0 = std::chrono::steady_clock::now();
-  Verifier(dir, options, report).Run();
+  Verifier verifier(dir, options, report);
+  verifier.Run();
+  verifier.Report(report->records_checked, true);
   std::stable_sort(report->problems.begin(), report->problems.end(),
                    [](const VerifyProblem& a, const VerifyProblem& b) { return a.index < b.index; });
   report->seconds =

@@ -274,3 +274,27 @@ TEST_CASE("the manifest edited or missing", "[corruption]") {
     CHECK(Kiln("inspect " + dir.path() + "/nope", &out) == 2);
   }
 }
+
+TEST_CASE("verify reports progress: monotone, per block, ending with a final update", "[verify]") {
+  TempDir dir;
+  // 40 records of 3x128x128 float32 (192 KiB): about 64 MB per progress block = all of them,
+  // so use many shards to see several updates.
+  WriteTestCache(dir.path(), 40, DType::kFloat32, MakeShape({3, 128, 128}), 10, 2u << 20);
+  std::vector<VerifyProgress> seen;
+  VerifyOptions o;
+  o.level = VerifyLevel::kFull;
+  o.progress = [&](const VerifyProgress& p) { seen.push_back(p); };
+  VerifyReport r;
+  REQUIRE(VerifyCache(dir.path(), o, &r).ok());
+  REQUIRE(r.clean());
+  REQUIRE(seen.size() >= 3);
+  for (size_t i = 1; i < seen.size(); ++i) {
+    CHECK(seen[i].done >= seen[i - 1].done);
+    CHECK(seen[i].bytes >= seen[i - 1].bytes);
+  }
+  CHECK(seen.back().final);
+  CHECK(seen.back().done == 40);
+  CHECK(seen.back().total == 40);
+  CHECK(seen.back().bytes == r.bytes_checked);
+  CHECK_FALSE(seen.front().final);
+}
