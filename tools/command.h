@@ -29,6 +29,10 @@ struct Command {
   std::string description;
   int order;  // position in --help
   CommandSetup setup;
+  // When set, the command lives in this executable beside kiln (for
+  // example kiln-train, the only one that loads LibTorch): `kiln NAME ...`
+  // executes it with the same arguments, and setup is unused.
+  std::string external;
 };
 
 bool RegisterCommand(Command command);

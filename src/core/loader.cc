@@ -72,7 +72,10 @@ class Loader::Impl {
     per_rank_ = (opt_.drop_last && n % w != 0) ? n / w : (n + w - 1) / w;
     batches_ = opt_.drop_last ? per_rank_ / opt_.batch_size
                               : (per_rank_ + opt_.batch_size - 1) / opt_.batch_size;
-    for (int i = 0; i < opt_.workers; ++i) threads_.emplace_back([this] { Work(); });
+    // Transactions are made here, not in the workers: a worker that starts
+    // late (on a busy machine) must not allocate after warm-up.
+    for (int i = 0; i < opt_.workers; ++i) txns_.push_back(reader_->BeginRead());
+    for (int i = 0; i < opt_.workers; ++i) threads_.emplace_back([this, i] { Work(i); });
     return Status::OK();
   }
 
@@ -158,8 +161,8 @@ class Loader::Impl {
   uint64_t batches() const { return batches_; }
 
  private:
-  void Work() {
-    std::unique_ptr<ReadTxn> txn = reader_->BeginRead();
+  void Work(int worker) {
+    ReadTxn* txn = txns_[worker].get();
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
       cv_.wait(lock, [&] {
@@ -173,7 +176,7 @@ class Loader::Impl {
       state_[s] = SlotState::kFilling;
       slot_batch_[s] = b;
       lock.unlock();
-      Status st = Fill(txn.get(), b, slots_[s]);
+      Status st = Fill(txn, b, slots_[s]);
       txn->Reset();
       lock.lock();
       if (gen == generation_) {
@@ -250,6 +253,7 @@ class Loader::Impl {
   std::vector<uint64_t> order_;
   uint64_t epoch_ = 0, next_claim_ = 0, next_consume_ = 0, generation_ = 0;
   bool active_ = false, stop_ = false;
+  std::vector<std::unique_ptr<ReadTxn>> txns_;  // one per worker
   std::vector<std::thread> threads_;
 };
 
