@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -14,6 +15,7 @@ namespace {
 
 struct BuildArgs {
   build::BuildOptions o;
+  int num_parts = 0, part = -1;  // 0 / -1: not given
   std::string size, dtype = "float16", norm, mean, std, shard_size = "4G", progress = "auto";
 };
 
@@ -48,9 +50,42 @@ Status ParseBytes(const std::string& text, uint64_t* out) {
   return Status::OK();
 }
 
+// --num-parts/--part, or the rank and world size of the usual launchers.
+Status ResolveParts(const BuildArgs& a, build::BuildOptions* o) {
+  if ((a.num_parts > 0) != (a.part >= 0))
+    return Status::InvalidArgument("--num-parts and --part go together");
+  if (a.num_parts > 0) {
+    o->num_parts = a.num_parts;
+    o->part = a.part;
+    return Status::OK();
+  }
+  static const char* const kLaunchers[][2] = {{"RANK", "WORLD_SIZE"},
+                                              {"SLURM_PROCID", "SLURM_NTASKS"},
+                                              {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"}};
+  for (const auto& l : kLaunchers) {
+    const char* rank = std::getenv(l[0]);
+    const char* size = std::getenv(l[1]);
+    if (rank == nullptr || size == nullptr) continue;
+    char* e1 = nullptr;
+    char* e2 = nullptr;
+    const long r = std::strtol(rank, &e1, 10), n = std::strtol(size, &e2, 10);
+    if (*e1 != 0 || *e2 != 0 || n < 1 || r < 0 || r >= n)
+      return Status::InvalidArgument(std::string(l[0]) + "=" + rank + " " + l[1] + "=" + size +
+                                     ": not a rank within the world size");
+    if (n == 1) return Status::OK();
+    o->num_parts = static_cast<int>(n);
+    o->part = static_cast<int>(r);
+    std::cerr << "kiln build: part " << r << " of " << n << " (from " << l[0] << "/" << l[1]
+              << "); join the parts with kiln merge " << o->out << "\n";
+    return Status::OK();
+  }
+  return Status::OK();
+}
+
 int RunBuild(BuildArgs& a) {
   build::BuildOptions& o = a.o;
   Status s = ParseDType(a.dtype, &o.dtype);
+  if (s.ok()) s = ResolveParts(a, &o);
   if (s.ok() && !a.size.empty() &&
       std::sscanf(a.size.c_str(), "%dx%d", &o.size_w, &o.size_h) != 2)
     s = Status::InvalidArgument("--size '" + a.size + "' (expected WxH, e.g. 64x64)");
@@ -140,7 +175,39 @@ KILN_COMMAND(Command{
                     "rewrite only the records that verify finds bad, from their sources "
                     "(same arguments as the original build)");
       sub->add_option("--progress", a->progress, "auto | tty | plain | json | none");
+      sub->add_option("--num-parts", a->num_parts,
+                      "build in N parts (on N machines): this run builds --part into "
+                      "OUT/part-IIIII-of-NNNNN; default from RANK/WORLD_SIZE, SLURM_PROCID/"
+                      "SLURM_NTASKS or OMPI_COMM_WORLD_RANK/SIZE");
+      sub->add_option("--part", a->part, "which part, 0 <= part < num-parts");
       return [a] { return RunBuild(*a); };
+    }});
+
+int RunMerge(const std::string& out, const std::vector<std::string>& parts, bool keep) {
+  build::MergeResult r;
+  Status s = build::MergeParts(out, parts, keep, [](const std::string& l) { std::cerr << l << "\n"; },
+                               &r);
+  if (!s.ok()) return ReportError("merge", s);
+  std::cout << "kiln merge: " << r.parts << " parts, " << r.records << " records in " << r.shards
+            << " shards ->";
+  for (const auto& c : r.caches) std::cout << " " << c;
+  std::cout << " (" << (r.copied_records ? std::to_string(r.copied_records) + " records rewritten"
+                                         : std::string("no tensor data copied"))
+            << ")\n";
+  return kExitOk;
+}
+
+KILN_COMMAND(Command{
+    "merge", "Join the parts of a cache built with --num-parts into one cache", 15,
+    [](CLI::App* sub) -> std::function<int()> {
+      auto out = std::make_shared<std::string>();
+      auto parts = std::make_shared<std::vector<std::string>>();
+      auto keep = std::make_shared<bool>(false);
+      sub->add_option("OUT", *out, "the merged cache's directory (the build's OUT)")->required();
+      sub->add_option("PART", *parts, "part directories (default: OUT's part-*-of-*, also in "
+                                      "OUT/train and OUT/val)");
+      sub->add_flag("--keep-parts", *keep, "leave the part directories in place");
+      return [out, parts, keep] { return RunMerge(*out, *parts, *keep); };
     }});
 
 }  // namespace

@@ -10,7 +10,9 @@ namespace {
 
 int RunInspect(const std::string& dir, bool as_json) {
   std::unique_ptr<CacheReader> reader;
-  Status s = CacheReader::Open(dir, ReaderOptions(), &reader);
+  ReaderOptions ro;
+  ro.allow_part = true;  // a part of a cache built in parts can be looked at
+  Status s = CacheReader::Open(dir, ro, &reader);
   if (!s.ok()) return ReportError("inspect", s);
   const Manifest& m = reader->manifest();
   if (as_json) {
@@ -22,7 +24,12 @@ int RunInspect(const std::string& dir, bool as_json) {
   std::cout << "cache:         " << dir << "\n"
             << "format:        kiln-cache v" << m.format_version << " (written by kiln "
             << m.kiln_version << ")\n"
-            << "records:       " << m.count << "\n"
+            << "records:       " << m.count;
+  if (m.is_part())
+    std::cout << " (part " << m.part_index << " of " << m.part_count << ", from 0: records "
+              << m.first_index << ".." << m.first_index + m.count - 1
+              << " of the whole cache; join the parts with kiln merge)";
+  std::cout << "\n"
             << "sample:        " << DTypeName(m.dtype) << " " << m.shape.ToString() << " ("
             << HumanBytes(static_cast<double>(reader->record_bytes())) << " each)\n"
             << "classes:       " << m.classes.size();

@@ -24,6 +24,9 @@ namespace kiln {
 
 struct ReaderOptions {
   unsigned max_readers = 512;  // concurrent ReadTxns per shard
+  // Open one part of a cache built in parts (records first_index.. by
+  // global index), for kiln merge; refused otherwise (NotSupported).
+  bool allow_part = false;
 };
 
 // One record as stored. `data` points into the memory map and stays valid

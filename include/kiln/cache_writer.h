@@ -35,6 +35,9 @@ struct WriterOptions {
   uint64_t commit_bytes = 64ull << 20;  // commit a transaction after this many record bytes
   bool resume = false;              // continue after the committed records already in DIR
   bool sync_commits = false;        // fsync every commit (slower; survives power loss)
+  // The global index of the first record (a part of a cache built in parts;
+  // Finish's `meta` must then carry the part's index and count).
+  uint64_t first_index = 0;
 };
 
 class CacheWriter {
@@ -49,7 +52,7 @@ class CacheWriter {
                      std::unique_ptr<CacheWriter>* out);
   ~CacheWriter();  // commits nothing further; committed records stay
 
-  // The index the next Append must use (0 for a new cache).
+  // The index the next Append must use (first_index for a new cache).
   uint64_t next_index() const;
 
   // Appends one record. REQUIRES: index == next_index(); payload holds

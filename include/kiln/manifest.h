@@ -34,6 +34,15 @@ struct Manifest {
   // A JSON object (as text) recording the preprocessing that produced the
   // tensors; "{}" when the writer recorded none.
   std::string preprocessing_json = "{}";
+  // One part of a cache built in parts (kiln build --num-parts N --part i):
+  // its records are the global indices first_index .. first_index+count-1
+  // of the whole cache. part_index < 0 for an ordinary cache (first_index 0).
+  // Parts are verified on their own and joined by kiln merge; they are not
+  // read for training.
+  int part_index = -1;
+  int part_count = 0;
+  uint64_t first_index = 0;
+  bool is_part() const { return part_index >= 0; }
 
   // Returns the shard holding `index`, or -1. O(log shards).
   int ShardFor(uint64_t index) const;
@@ -42,7 +51,8 @@ struct Manifest {
 // Serializes to pretty-printed JSON text.
 std::string ManifestToJson(const Manifest& m);
 // Parses and checks structure: format version, dtype, shape, shards
-// contiguous from 0 and summing to count. Returns Corruption naming `where`.
+// contiguous from first_index (0 unless a part) and summing to count.
+// Returns Corruption naming `where`.
 Status ManifestFromJson(const std::string& text, const std::string& where, Manifest* out);
 
 // Reads DIR/manifest.json. Returns NotFound when DIR does not exist,

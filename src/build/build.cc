@@ -115,7 +115,9 @@ Status ReadSourcesTsv(const std::string& path, std::vector<RecordedSource>* out)
 struct Plan {
   std::string dir;
   std::string split;                 // "", "train" or "val"
-  std::vector<size_t> order;         // item positions in record order
+  std::vector<size_t> order;         // item positions in record order (this part's slice)
+  uint64_t first = 0;                // global index of order[0] (a part: its slice's start)
+  uint64_t files = 0;                // sources of the whole split, all parts together
 };
 
 class Builder {
@@ -134,12 +136,35 @@ class Builder {
     KILN_RETURN_IF_ERROR(PlanShape());
     KILN_RETURN_IF_ERROR(ChooseNormalization());
     std::vector<Plan> plans = MakePlans();
+    for (Plan& p : plans) p.files = p.order.size();
+    if (opt_.num_parts > 1) {
+      // Part i of N: the i-th contiguous slice of every split's record order,
+      // into DIR/part-IIIII-of-NNNNN; kiln merge joins them.
+      for (Plan& p : plans) {
+        const uint64_t n = p.order.size(), parts = static_cast<uint64_t>(opt_.num_parts);
+        const uint64_t lo = n * opt_.part / parts, hi = n * (opt_.part + 1) / parts;
+        p.order = std::vector<size_t>(p.order.begin() + lo, p.order.begin() + hi);
+        p.first = lo;
+        p.dir += "/" + PartDirName(opt_.part, opt_.num_parts);
+        if (p.order.empty())
+          return Status::InvalidArgument(p.dir + ": part " + std::to_string(opt_.part) + " of " +
+                                         std::to_string(opt_.num_parts) + " gets no sources (" +
+                                         std::to_string(n) + " in all); use fewer parts");
+      }
+    }
     for (Plan& p : plans) KILN_RETURN_IF_ERROR(opt_.repair ? RepairOne(p) : BuildOne(p));
     return Status::OK();
   }
 
  private:
   Status CheckOptions() {
+    if (opt_.num_parts < 1 || opt_.part < 0 || opt_.part >= opt_.num_parts)
+      return Status::InvalidArgument("--part " + std::to_string(opt_.part) + " of --num-parts " +
+                                     std::to_string(opt_.num_parts) +
+                                     ": need 0 <= part < num-parts");
+    if (opt_.num_parts > 1 && opt_.repair)
+      return Status::InvalidArgument("--repair works on a whole cache: merge the parts first "
+                                     "(kiln merge), then repair the merged cache");
     if (opt_.channels != 1 && opt_.channels != 3)
       return Status::InvalidArgument("--channels must be 1 or 3");
     if ((opt_.size_w > 0) != (opt_.size_h > 0))
@@ -328,8 +353,11 @@ class Builder {
 
   json Preprocessing(const Plan& p) const {
     json j;
-    j["source"] = {{"root", src_.root}, {"layout", src_.layout}, {"files", p.order.size()},
+    j["source"] = {{"root", src_.root}, {"layout", src_.layout}, {"files", p.files},
                    {"digest", SourceDigest(src_)}};
+    // A part's own record; kiln merge drops it, so that a merged cache has
+    // the preprocessing of a one-part build.
+    if (opt_.num_parts > 1) j["part"] = {{"index", opt_.part}, {"of", opt_.num_parts}};
     if (!opt_.list_file.empty()) j["source"]["list_file"] = fs::absolute(opt_.list_file).string();
     j["resize"] = opt_.resize;
     j["crop"] = opt_.crop;
@@ -419,6 +447,7 @@ class Builder {
     wo.shape = shape_;
     wo.shard_size = opt_.shard_size;
     wo.resume = resume;
+    wo.first_index = plan.first;
     std::unique_ptr<CacheWriter> writer;
     KILN_RETURN_IF_ERROR(CacheWriter::Open(wo, plan.dir, &writer));
 
@@ -437,7 +466,8 @@ class Builder {
     }
     // Find the first source position not yet written or rejected.
     size_t start = 0;
-    for (uint64_t good = 0; start < plan.order.size() && good < writer->next_index(); ++start)
+    for (uint64_t good = 0; start < plan.order.size() && good < writer->next_index() - plan.first;
+         ++start)
       if (!rejected_before.count(start)) ++good;
     while (start < plan.order.size() && rejected_before.count(start)) ++start;
     if (resume) {
@@ -560,7 +590,7 @@ class Builder {
                   }));
     });
     ::close(fd_log);
-    res_->written += writer->next_index();
+    res_->written += writer->next_index() - plan.first;
     res_->rejected += reject_lines.size();
     res_->bytes += written * record_bytes_;
     if (!reject_lines.empty() && res_->first_reject.empty()) res_->first_reject = reject_lines[0];
@@ -576,12 +606,16 @@ class Builder {
       out << tsv;
       if (!out) return Status::IOError(plan.dir + "/" + kRejects + ": cannot write");
     }
-    if (writer->next_index() == 0)
+    if (writer->next_index() == plan.first)
       return Status::Corruption(plan.dir + ": every input was rejected (see " + kRejects + ")");
     KILN_RETURN_IF_ERROR(WriteSourcesTsv(plan, rejected_before, rejected_now));
     Manifest m;
     m.classes = src_.classes;
     m.preprocessing_json = pre.dump();
+    if (opt_.num_parts > 1) {
+      m.part_index = opt_.part;
+      m.part_count = opt_.num_parts;
+    }
     KILN_RETURN_IF_ERROR(writer->Finish(&m));
     std::error_code ec;
     fs::remove(plan.dir + "/" + kBuildState, ec);
@@ -671,7 +705,7 @@ class Builder {
   // record back to its file.
   Status WriteSourcesTsv(const Plan& plan, const std::set<size_t>& a, const std::set<size_t>& b) {
     std::vector<int64_t> record(src_.items.size(), -1);
-    int64_t next = 0;
+    int64_t next = static_cast<int64_t>(plan.first);
     for (size_t k = 0; k < plan.order.size(); ++k)
       if (!a.count(k) && !b.count(k)) record[plan.order[k]] = next++;
     std::string out = "record\tpath\tlabel\tsize\tmtime_ns\n";

@@ -23,6 +23,11 @@ Status CacheReader::Open(const std::string& dir, const ReaderOptions& options,
   std::unique_ptr<CacheReader> r(new CacheReader());
   r->dir_ = dir;
   KILN_RETURN_IF_ERROR(ReadManifest(dir, &r->manifest_));
+  if (r->manifest_.is_part() && !options.allow_part)
+    return Status::NotSupported(
+        dir + ": is part " + std::to_string(r->manifest_.part_index) + " (from 0) of " +
+        std::to_string(r->manifest_.part_count) +
+        " of a cache built with --num-parts; join the parts first: kiln merge OUT PART...");
   for (const ShardInfo& s : r->manifest_.shards) {
     const std::string path = dir + "/" + s.file;
     uint64_t size = 0;

@@ -103,6 +103,7 @@ class CacheWriter::Impl {
  public:
   Impl(WriterOptions o, std::string dir) : opt_(std::move(o)), dir_(std::move(dir)) {
     record_bytes_ = opt_.shape.NumElements() * DTypeSize(opt_.dtype);
+    next_ = opt_.first_index;
     pending_.reserve(opt_.commit_bytes + kRecordHeaderSize + record_bytes_);
   }
   ~Impl() {
@@ -303,7 +304,8 @@ class CacheWriter::Impl {
       ::unlink((dir_ + "/" + ShardFileName(i)).c_str());
     meta->format_version = kFormatVersion;
     meta->kiln_version = KilnVersion();
-    meta->count = next_;
+    meta->count = next_ - opt_.first_index;
+    meta->first_index = opt_.first_index;
     meta->dtype = opt_.dtype;
     meta->shape = opt_.shape;
     meta->shards = done_;

@@ -32,7 +32,7 @@ std::string DigestHex(uint64_t digest) {
 }
 
 int Manifest::ShardFor(uint64_t index) const {
-  if (index >= count) return -1;
+  if (index < first_index || index - first_index >= count) return -1;
   auto it = std::upper_bound(shards.begin(), shards.end(), index,
                              [](uint64_t i, const ShardInfo& s) { return i < s.first; });
   if (it == shards.begin()) return -1;
@@ -54,6 +54,8 @@ std::string ManifestToJson(const Manifest& m) {
     shards.push_back({{"file", s.file}, {"first", s.first}, {"count", s.count},
                       {"bytes", s.bytes}, {"digest", s.digest}});
   j["shards"] = shards;
+  if (m.is_part())
+    j["part"] = {{"index", m.part_index}, {"of", m.part_count}, {"first", m.first_index}};
   json pre = json::parse(m.preprocessing_json, nullptr, /*allow_exceptions=*/false);
   j["preprocessing"] = pre.is_object() ? pre : json::object();
   return j.dump(2) + "\n";
@@ -87,7 +89,16 @@ Status ManifestFromJson(const std::string& text, const std::string& where, Manif
       m.shape.dims[i] = static_cast<uint32_t>(dims[i]);
     }
     m.classes = j.value("classes", std::vector<std::string>());
-    uint64_t next = 0;
+    if (j.contains("part")) {
+      const json& part = j.at("part");
+      m.part_index = part.at("index").get<int>();
+      m.part_count = part.at("of").get<int>();
+      m.first_index = part.at("first").get<uint64_t>();
+      if (m.part_index < 0 || m.part_count < 1 || m.part_index >= m.part_count)
+        return Status::Corruption(where + ": part " + std::to_string(m.part_index) + " of " +
+                                  std::to_string(m.part_count) + " is not a valid part");
+    }
+    uint64_t next = m.first_index;
     for (const json& s : j.at("shards")) {
       ShardInfo si;
       si.file = s.at("file").get<std::string>();
@@ -105,8 +116,8 @@ Status ManifestFromJson(const std::string& text, const std::string& where, Manif
       next += si.count;
       m.shards.push_back(std::move(si));
     }
-    if (next != m.count)
-      return Status::Corruption(where + ": shards hold " + std::to_string(next) +
+    if (next - m.first_index != m.count)
+      return Status::Corruption(where + ": shards hold " + std::to_string(next - m.first_index) +
                                 " records but \"count\" says " + std::to_string(m.count));
     if (j.contains("preprocessing") && j["preprocessing"].is_object())
       m.preprocessing_json = j["preprocessing"].dump();

@@ -69,7 +69,12 @@ struct BuildOptions {
   bool strict = false;              // any rejected input fails the build (exit 1)
   bool force = false;               // rebuild when sources or options changed
   bool repair = false;              // rewrite only the records verify finds bad, from their sources
+  int num_parts = 1;                // > 1: build only part `part` (0-based) of num_parts,
+  int part = 0;                     //   into OUT/part-IIIII-of-NNNNN (per split); see MergeParts
 };
+
+// "part-00002-of-00008" (0-based index).
+std::string PartDirName(int part, int num_parts);
 
 struct BuildProgress {
   uint64_t done = 0, total = 0;
@@ -92,6 +97,25 @@ struct BuildResult {
 // Called from the writer thread; may print.
 using ProgressFn = std::function<void(const std::string& cache, const BuildProgress&)>;
 using InfoFn = std::function<void(const std::string& line)>;
+
+struct MergeResult {
+  std::vector<std::string> caches;  // directories written
+  uint64_t records = 0;
+  int parts = 0;
+  uint64_t shards = 0;
+  uint64_t copied_records = 0;  // rewritten because an earlier part rejected inputs
+};
+
+// kiln merge: joins the parts of a cache built with --num-parts N into one
+// cache in OUT, record for record what a one-part build writes. Shards are
+// hard-linked, not copied (copied only across file systems), except the
+// records of parts after one that rejected inputs: those need new indices
+// and are rewritten. sources.tsv and rejects.tsv are joined; the manifest
+// is written last. `parts` empty: the parts found in OUT (and in OUT/train
+// and OUT/val for a --val-fraction build). Parts are removed afterwards
+// unless keep_parts. Errors name the missing, incomplete or mismatched part.
+Status MergeParts(const std::string& out, const std::vector<std::string>& parts, bool keep_parts,
+                  const std::function<void(const std::string&)>& info, MergeResult* result);
 
 // Builds (or resumes, or confirms up to date) the cache(s) described by
 // `options`. Returns InvalidArgument for bad options or layouts, Stale when

@@ -1,0 +1,297 @@
+// kiln merge: joins the parts of a cache built with --num-parts into one.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
+
+#include "kiln/build/build.h"
+#include "kiln/cache_reader.h"
+#include "kiln/cache_writer.h"
+#include "kiln/manifest.h"
+#include "kiln/verify.h"
+
+namespace kiln::build {
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+std::string PartDirName(int part, int num_parts) {
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "part-%05d-of-%05d", part, num_parts);
+  return buf;
+}
+
+namespace {
+
+constexpr const char* kSources = "sources.tsv";
+constexpr const char* kRejectsTsv = "rejects.tsv";
+
+struct Part {
+  std::string dir;
+  Manifest m;
+  std::string shard_dir;         // where its (possibly re-indexed) shards are
+  std::vector<ShardInfo> shards;  // with global indices in the merged cache
+  int64_t delta = 0;              // merged index - part's own index
+};
+
+std::vector<std::string> ReadLines(const std::string& path) {
+  std::vector<std::string> lines;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// Links (or, across file systems, copies) `from` to `to`.
+Status LinkOrCopy(const std::string& from, const std::string& to, bool* copied) {
+  *copied = false;
+  if (::link(from.c_str(), to.c_str()) == 0) return Status::OK();
+  if (errno == EEXIST) {
+    std::error_code ec;
+    if (fs::equivalent(from, to, ec)) return Status::OK();  // a merge run before got this far
+    fs::remove(to, ec);
+    if (::link(from.c_str(), to.c_str()) == 0) return Status::OK();
+  }
+  if (errno == EXDEV || errno == EPERM || errno == EMLINK) {
+    std::error_code ec;
+    fs::copy_file(from, to, fs::copy_options::overwrite_existing, ec);
+    if (ec) return Status::IOError(to + ": cannot copy from " + from + ": " + ec.message());
+    *copied = true;
+    return Status::OK();
+  }
+  return Status::IOError(to + ": cannot link " + from + ": " + std::strerror(errno));
+}
+
+// The part's records again, under new indices (after a part that rejected
+// inputs): read through the reader, written through the writer.
+Status Reindex(Part* p, uint64_t first, const std::string& tmp) {
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+  std::unique_ptr<CacheReader> reader;
+  ReaderOptions ro;
+  ro.allow_part = true;
+  KILN_RETURN_IF_ERROR(CacheReader::Open(p->dir, ro, &reader));
+  WriterOptions wo;
+  wo.dtype = p->m.dtype;
+  wo.shape = p->m.shape;
+  wo.first_index = first;
+  uint64_t bytes = 0;
+  for (const ShardInfo& s : p->m.shards) bytes = std::max(bytes, s.bytes);
+  wo.shard_size = std::max<uint64_t>(bytes, 1);
+  std::unique_ptr<CacheWriter> writer;
+  KILN_RETURN_IF_ERROR(CacheWriter::Open(wo, tmp, &writer));
+  auto txn = reader->BeginRead();
+  for (uint64_t i = 0; i < p->m.count; ++i) {
+    RecordView v;
+    KILN_RETURN_IF_ERROR(txn->Get(p->m.first_index + i, &v, /*verify_checksum=*/true));
+    KILN_RETURN_IF_ERROR(writer->Append(first + i, v.label, v.data));
+    txn->Reset();
+  }
+  Manifest m = p->m;
+  KILN_RETURN_IF_ERROR(writer->Finish(&m));
+  p->shard_dir = tmp;
+  p->shards = m.shards;
+  return Status::OK();
+}
+
+Status MergeOne(const std::string& out, std::vector<std::string> dirs, bool keep_parts,
+                const std::function<void(const std::string&)>& info, MergeResult* result) {
+  if (dirs.empty()) return Status::NotFound(out + ": no parts to merge (part-*-of-* directories)");
+  std::vector<Part> parts;
+  for (const std::string& d : dirs) {
+    Part p;
+    p.dir = d;
+    Status s = ReadManifest(d, &p.m);
+    if (s.IsCorruption() && s.message().find("incomplete") != std::string::npos)
+      return Status::Corruption(d + ": this part's build did not finish; run its kiln build "
+                                "command again to complete it, then merge");
+    KILN_RETURN_IF_ERROR(s);
+    if (!p.m.is_part())
+      return Status::InvalidArgument(d + ": not a part of a cache built with --num-parts");
+    parts.push_back(std::move(p));
+  }
+  std::sort(parts.begin(), parts.end(),
+            [](const Part& a, const Part& b) { return a.m.part_index < b.m.part_index; });
+  const int n = parts[0].m.part_count;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const Part& p = parts[i];
+    if (p.m.part_count != n)
+      return Status::InvalidArgument(p.dir + ": part of " + std::to_string(p.m.part_count) +
+                                     " parts, but " + parts[0].dir + " is part of " +
+                                     std::to_string(n));
+    if (i > 0 && p.m.part_index == parts[i - 1].m.part_index)
+      return Status::InvalidArgument(p.dir + " and " + parts[i - 1].dir + " are both part " +
+                                     std::to_string(p.m.part_index));
+  }
+  for (int i = 0; i < n; ++i) {
+    if (i >= static_cast<int>(parts.size()) || parts[i].m.part_index != i)
+      return Status::NotFound("part " + std::to_string(i) + " of " + std::to_string(n) +
+                              " is missing (expected " + PartDirName(i, n) +
+                              "); build it with --num-parts " + std::to_string(n) + " --part " +
+                              std::to_string(i));
+  }
+  // All parts were made the same way, apart from their part number.
+  json pre = json::parse(parts[0].m.preprocessing_json, nullptr, false);
+  if (pre.is_object()) pre.erase("part");
+  for (const Part& p : parts) {
+    json q = json::parse(p.m.preprocessing_json, nullptr, false);
+    if (q.is_object()) q.erase("part");
+    auto diff = PreprocessingDifferences(parts[0].m, p.m);
+    if (p.m.classes != parts[0].m.classes) diff.push_back("classes differ");
+    if (diff.empty() && q != pre) diff.push_back("sources or options differ");
+    if (!diff.empty()) {
+      std::string all;
+      for (const auto& d : diff) all += (all.empty() ? "" : "; ") + d;
+      return Status::InvalidArgument(p.dir + " was built differently from " + parts[0].dir + " (" +
+                                     all + "): build every part with the same command");
+    }
+    VerifyOptions vo;
+    vo.level = VerifyLevel::kQuick;
+    VerifyReport r;
+    KILN_RETURN_IF_ERROR(VerifyCache(p.dir, vo, &r));
+    if (!r.clean())
+      return Status::Corruption(p.dir + ": kiln verify --level quick finds " +
+                                std::to_string(r.problems.size()) + " problem(s), first: " +
+                                r.problems[0].what + "; rebuild this part");
+  }
+  std::error_code ec;
+  fs::create_directories(out, ec);
+  if (fs::exists(fs::path(out) / "manifest.json"))
+    return Status::InvalidArgument(out + ": already holds a finished cache; merge into an empty "
+                                   "directory (or the one holding only the parts)");
+
+  // Global indices: each part continues where the parts before it ended.
+  uint64_t next = 0;
+  for (Part& p : parts) {
+    p.delta = static_cast<int64_t>(next) - static_cast<int64_t>(p.m.first_index);
+    if (p.delta == 0) {
+      p.shard_dir = p.dir;
+      p.shards = p.m.shards;
+    } else {
+      info(p.dir + ": starts at record " + std::to_string(p.m.first_index) +
+           " but the parts before it hold " + std::to_string(next) +
+           " (they rejected inputs): rewriting its " + std::to_string(p.m.count) +
+           " records with new indices");
+      KILN_RETURN_IF_ERROR(Reindex(&p, next, (fs::path(out) / (".merge-" + PartDirName(p.m.part_index, n))).string()));
+      result->copied_records += p.m.count;
+    }
+    next += p.m.count;
+  }
+
+  // Shards, in order, as shard-00000.mdb, shard-00001.mdb, ...
+  Manifest merged;
+  merged.classes = parts[0].m.classes;
+  merged.preprocessing_json = pre.dump();
+  merged.dtype = parts[0].m.dtype;
+  merged.shape = parts[0].m.shape;
+  merged.kiln_version = KilnVersion();
+  merged.count = next;
+  int k = 0;
+  bool any_copied = false;
+  for (const Part& p : parts) {
+    for (ShardInfo s : p.shards) {
+      const std::string name = ShardFileName(k++);
+      bool copied = false;
+      KILN_RETURN_IF_ERROR(LinkOrCopy(p.shard_dir + "/" + s.file, out + "/" + name, &copied));
+      any_copied = any_copied || copied;
+      s.file = name;
+      merged.shards.push_back(s);
+    }
+  }
+  if (any_copied) info(out + ": the parts are on another file system: shards were copied");
+
+  // sources.tsv: every part lists every source; the one that wrote a record says which.
+  std::vector<std::string> sources;
+  bool have_sources = true;
+  for (const Part& p : parts) {
+    std::vector<std::string> lines = ReadLines(p.dir + "/" + kSources);
+    if (lines.empty()) {
+      have_sources = false;
+      break;
+    }
+    if (sources.empty()) {
+      sources.assign(lines.size(), "");
+      sources[0] = lines[0];
+    }
+    if (lines.size() != sources.size())
+      return Status::Corruption(p.dir + "/" + kSources + ": lists " +
+                                std::to_string(lines.size() - 1) + " sources, " + parts[0].dir +
+                                " lists " + std::to_string(sources.size() - 1));
+    for (size_t i = 1; i < lines.size(); ++i) {
+      const size_t tab = lines[i].find('\t');
+      const long long record = std::atoll(lines[i].substr(0, tab).c_str());
+      if (sources[i].empty()) sources[i] = "-1" + lines[i].substr(tab);
+      if (record >= 0) sources[i] = std::to_string(record + p.delta) + lines[i].substr(tab);
+    }
+  }
+  if (have_sources) {
+    std::ofstream f(out + "/" + kSources, std::ios::trunc);
+    for (const auto& l : sources) f << l << "\n";
+    if (!f) return Status::IOError(out + "/" + kSources + ": cannot write");
+  }
+  {
+    std::ofstream f(out + "/" + kRejectsTsv, std::ios::trunc);
+    f << "path\treason\n";
+    for (const Part& p : parts) {
+      std::vector<std::string> lines = ReadLines(p.dir + "/" + kRejectsTsv);
+      for (size_t i = 1; i < lines.size(); ++i) f << lines[i] << "\n";
+    }
+    if (!f) return Status::IOError(out + "/" + kRejectsTsv + ": cannot write");
+  }
+  KILN_RETURN_IF_ERROR(WriteManifest(out, merged));
+
+  for (const Part& p : parts) {
+    if (p.shard_dir != p.dir) fs::remove_all(p.shard_dir, ec);
+    if (!keep_parts) fs::remove_all(p.dir, ec);
+  }
+  result->caches.push_back(out);
+  result->records += next;
+  result->parts += n;
+  result->shards += merged.shards.size();
+  return Status::OK();
+}
+
+std::vector<std::string> FindParts(const std::string& dir) {
+  std::vector<std::string> found;
+  std::error_code ec;
+  static const std::regex name("part-[0-9]{5}-of-[0-9]{5}");
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.is_directory() && std::regex_match(e.path().filename().string(), name))
+      found.push_back(e.path().string());
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+}  // namespace
+
+Status MergeParts(const std::string& out, const std::vector<std::string>& parts, bool keep_parts,
+                  const std::function<void(const std::string&)>& info, MergeResult* result) {
+  MergeResult r;
+  std::function<void(const std::string&)> say = info ? info : [](const std::string&) {};
+  if (!parts.empty()) {
+    KILN_RETURN_IF_ERROR(MergeOne(out, parts, keep_parts, say, &r));
+  } else {
+    std::vector<std::string> here = FindParts(out);
+    if (!here.empty()) {
+      KILN_RETURN_IF_ERROR(MergeOne(out, here, keep_parts, say, &r));
+    } else {
+      for (const char* split : {"train", "val"}) {
+        const std::string dir = out + "/" + split;
+        std::vector<std::string> found = FindParts(dir);
+        if (!found.empty()) KILN_RETURN_IF_ERROR(MergeOne(dir, found, keep_parts, say, &r));
+      }
+      if (r.caches.empty())
+        return Status::NotFound(out + ": no part-*-of-* directories here or in train/ and val/; "
+                                "give the parts: kiln merge OUT PART...");
+    }
+  }
+  if (result) *result = std::move(r);
+  return Status::OK();
+}
+
+}  // namespace kiln::build
