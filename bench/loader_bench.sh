@@ -112,8 +112,8 @@ print(f"| {'  (epochs: ' + ', '.join('%.0f' % e for e in epochs) + ')':<52} | {'
 print(f"| {'memcpy floor, same records, same order, 2 threads':<52} | {k_n:>7} | {floor:>9.0f} |")
 print(f"| {'peer pylmdb_cache.py read, batch 64, 2 workers':<52} | {p_n:>7} | {p_ips:>9.1f} |")
 print(f"| {'peer torchvision_epoch.py, batch 64, 2 workers':<52} | {t_n:>7} | {t_ips:>9.1f} |")
-# kiln bench prints RssAnon as KiB / 1000 and the ring as bytes / 1e6; both in MB (1e6 bytes) here
-print(f"kiln RssAnon: at end of run {rss * 1.024:.1f} MB (kiln prints {rss:.1f}, KiB/1000), "
+# kiln bench prints RssAnon and the ring in MB of 1e6 bytes
+print(f"kiln RssAnon: at end of run {rss:.1f} MB (kiln's figure), "
       f"peak {peak:.1f} MB (rss_probe.py); ring {ring:.1f} MB")
 if not (k_n == p_n == t_n == n):
     print(f"WARNING: sample counts differ (N={n}, kiln {k_n}, pylmdb {p_n}, torchvision {t_n})")

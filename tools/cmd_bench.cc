@@ -122,8 +122,10 @@ int RunBench(const BenchArgs& a) {
     std::printf("  loader / floor = %.2f\n", best_loader / best_floor);
   }
   const long rss = RssAnonKb();
-  std::printf("  RssAnon %.1f MB (ring %.1f MB): %.1f MB beyond the ring\n", rss / 1e3, ring_mb,
-              rss / 1e3 - ring_mb);
+  // /proc reports kB = KiB; MB here are 10^6 bytes, as for the ring.
+  const double rss_mb = rss * 1024.0 / 1e6;
+  std::printf("  RssAnon %.1f MB (ring %.1f MB): %.1f MB beyond the ring\n", rss_mb, ring_mb,
+              rss_mb - ring_mb);
   loader.reset();
   for (void* p : buffers) std::free(p);
   return kExitOk;
