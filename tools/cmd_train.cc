@@ -57,6 +57,7 @@ int RunTrain(TrainArgs& a) {
   std::stringstream list(a.freeze);
   for (std::string item; std::getline(list, item, ',');)
     if (!item.empty()) a.o.freeze.push_back(item);
+  std::cout << std::unitbuf;  // progress lines appear as they happen, also through a pipe
   train::TrainResult result;
   Status s = train::Train(a.o, &result);
   if (!s.ok()) return ReportError("train", s);

@@ -7,6 +7,10 @@
 #undef CHECK
 #include <catch2/catch.hpp>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <filesystem>
 #include <map>
 #include <sstream>
@@ -449,4 +453,64 @@ TEST_CASE("learning-rate schedules", "[train]") {
   CHECK(ScheduledLr(o, 1.0, 100, 10, 100) == Approx(0.04 / 1e4));
   o.schedule = "constant";
   CHECK(ScheduledLr(o, 0.3, 77, 10, 100) == Approx(0.3));
+}
+
+TEST_CASE("Ctrl-C saves a checkpoint before exiting, and --resume finishes the run", "[train]") {
+  TempDir dir;
+  if (!BuildSampleCaches(dir)) return;
+  // kiln train in a child process; SIGINT once it has logged its first steps.
+  const std::string ck = dir / "ck";
+  int out[2];
+  REQUIRE(::pipe(out) == 0);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::dup2(out[1], 1);
+    ::dup2(out[1], 2);
+    ::close(out[0]);
+    const std::string data = dir / "train";
+    ::execl(KILN_BIN, KILN_BIN, "train", "--data", data.c_str(), "--epochs", "10000", "--batch-size",
+            "32", "--log-every", "1", "--save", ck.c_str(), "--precision", "fp32", "--device", "cpu",
+            static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  std::string log;
+  char buf[4096];
+  bool signalled = false;
+  for (ssize_t n; (n = ::read(out[0], buf, sizeof(buf))) > 0;) {
+    log.append(buf, static_cast<size_t>(n));
+    if (!signalled && log.find("epoch 1 step 3/") != std::string::npos) {
+      ::kill(pid, SIGINT);
+      signalled = true;
+    }
+  }
+  ::close(out[0]);
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  INFO(log);
+  REQUIRE(signalled);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 130);
+  CHECK(log.find("interrupted: checkpoint saved to " + ck) != std::string::npos);
+  REQUIRE(std::filesystem::exists(ck + "/state.json"));
+  REQUIRE(std::filesystem::exists(ck + "/model.pt"));
+
+  // Resume it for 3 more steps: it continues from the saved step.
+  const std::string state = ReadFile(ck + "/state.json");
+  const size_t at = state.find("\"global_step\":");
+  REQUIRE(at != std::string::npos);
+  const int64_t saved = std::stoll(state.substr(at + 14));
+  CHECK(saved >= 3);
+  std::ostringstream resumed;
+  TrainOptions o = Quiet(dir / "train", &resumed);
+  o.epochs = 10000;
+  o.max_steps = saved + 3;
+  o.resume = ck;
+  TrainResult r;
+  Status s = Train(o, &r);
+  INFO(resumed.str());
+  REQUIRE(s.ok());
+  CHECK(resumed.str().find("resume " + ck) != std::string::npos);
+  CHECK(r.steps == saved + 3);
 }
