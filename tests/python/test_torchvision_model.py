@@ -1,0 +1,93 @@
+#!/usr/bin/python3
+"""kiln train on a torchvision model scripted in Python, exported back to Python.
+
+Usage: test_torchvision_model.py KILN_BIN PROJECT_SOURCE_DIR
+
+1. torch.jit.script(torchvision.models.resnet18(num_classes=1000)) is saved;
+2. `kiln build` makes a 3x32x32 cache of sample_data/fashion/train;
+3. `kiln train --model r18.pt --replace-head --freeze-until layer4` trains
+   it for one epoch and exports it;
+4. the export loads in Python, gives 10 outputs, its frozen layers equal the
+   original's and its trained ones differ; a plain `--model r18.pt` without
+   --replace-head is refused with a message naming --replace-head; and the
+   torchvision state_dict loads into kiln's built-in resnet18 by name
+   (`--init r18.pt` reports 120 tensors loaded).
+
+Exit 0 when every check passes, 1 otherwise, 77 (skipped) when
+/usr/bin/python3 lacks torch or torchvision or KILN_BIN has no train.
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+try:
+    import torch
+    import torchvision
+except ImportError as e:
+    print("SKIP: /usr/bin/python3 lacks a module: %s" % e)
+    sys.exit(77)
+
+KILN, SRC_DIR = sys.argv[1:3]
+
+
+def run(*args, expect=0):
+    p = subprocess.run([KILN, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if p.returncode != expect:
+        print(p.stdout)
+        raise SystemExit("kiln %s: exit %d, expected %d" % (args[0], p.returncode, expect))
+    return p.stdout
+
+
+help_text = subprocess.run([KILN, "--help"], stdout=subprocess.PIPE, text=True).stdout
+if " train " not in help_text or " build " not in help_text:
+    print("SKIP: this kiln has no train or build subcommand")
+    sys.exit(77)
+
+failed = 0
+
+
+def check(ok, what):
+    global failed
+    print(("ok   " if ok else "FAIL ") + what)
+    failed += 0 if ok else 1
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    torch.manual_seed(0)
+    original = torchvision.models.resnet18(num_classes=1000)
+    scripted = torch.jit.script(original)
+    r18 = os.path.join(tmp, "r18.pt")
+    scripted.save(r18)
+    cache = os.path.join(tmp, "cache")
+    run("build", os.path.join(SRC_DIR, "sample_data/fashion/train"), cache, "--channels", "3",
+        "--resize", "32", "--norm", "imagenet", "--progress", "none")
+
+    refused = run("train", "--data", cache, "--model", r18, "--epochs", "1", expect=2)
+    check("--replace-head" in refused and "1000 outputs" in refused,
+          "a 1000-class TorchScript model on a 10-class cache is refused, naming --replace-head")
+
+    exported = os.path.join(tmp, "trained.pt")
+    log = run("train", "--data", cache, "--model", r18, "--replace-head", "--freeze-until", "layer4",
+              "--epochs", "1", "--batch-size", "32", "--precision", "fp32", "--export", exported)
+    check("TorchScript" in log and "head   fc replaced: 10 outputs" in log, "trained and exported")
+    trained = torch.jit.load(exported)
+    with torch.no_grad():
+        out = trained(torch.zeros(2, 3, 32, 32))
+    check(tuple(out.shape) == (2, 10), "the export gives 10 outputs in Python")
+    before = dict(original.state_dict())
+    after = dict(trained.state_dict())
+    check(torch.equal(before["layer3.1.conv2.weight"], after["layer3.1.conv2.weight"]),
+          "a frozen layer is unchanged")
+    check(torch.equal(before["bn1.running_mean"], after["bn1.running_mean"]),
+          "BatchNorm statistics of the frozen part are unchanged (eval mode)")
+    check(not torch.equal(before["layer4.1.conv2.weight"], after["layer4.1.conv2.weight"]),
+          "a trained layer changed")
+
+    init_log = run("train", "--data", cache, "--model", "resnet18", "--init", r18, "--epochs", "1",
+                   "--batch-size", "32", "--precision", "fp32", "--max-steps", "1")
+    check("120 tensors loaded, 2 skipped, 2 newly initialized" in init_log,
+          "torchvision's weights map onto kiln's resnet18 by name")
+
+print("%d failed" % failed)
+sys.exit(1 if failed else 0)
