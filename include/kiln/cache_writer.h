@@ -6,6 +6,11 @@
 // syncs every shard once and then writes manifest.json (temp + rename): until
 // then the directory is an incomplete cache.
 //
+// Layout: every shard is written as a fresh LMDB file with commits every
+// `commit_records` records of the shard (docs/format.md, "Shard layout"),
+// so resumed and uninterrupted writers produce the same bytes; a shard that
+// saw an explicit Commit() is rewritten that way when it is finished.
+//
 // Crash safety: everything committed survives a crash (the shards are synced
 // at each commit only when `sync_commits` is set; otherwise at Finish). Open
 // with `resume` continues after the last committed record.
@@ -84,7 +89,8 @@ struct RecordFix {
 
 // Rewrites the given records of the finished cache in DIR in place (under
 // the directory lock): each affected shard gets the new values (a deleted
-// record is put back), is compacted again, and the manifest's sizes and
+// record is put back), is written again in the canonical layout (the
+// manifest's `layout`: the bytes of a fresh build), and the manifest's sizes and
 // digests are recomputed, through the usual temp file + rename. Records not
 // listed are not touched. Returns InvalidArgument for an index outside the
 // cache, IOError when the cache is in use.

@@ -39,6 +39,11 @@ struct Manifest {
   // of the whole cache. part_index < 0 for an ordinary cache (first_index 0).
   // Parts are verified on their own and joined by kiln merge; they are not
   // read for training.
+  // How the writer batched its LMDB writes (the "layout" object): a shard's
+  // bytes are a function of its records and these two, which lets a repair
+  // rewrite a shard exactly as a fresh build writes it. 0 = not recorded.
+  uint64_t initial_map_size = 0;
+  uint64_t commit_records = 0;
   int part_index = -1;
   int part_count = 0;
   uint64_t first_index = 0;

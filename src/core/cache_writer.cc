@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <map>
 #include <cstring>
+#include <fstream>
+#include <functional>
 #include <vector>
 
 #include "core/file_util.h"
@@ -27,25 +29,74 @@ std::string ShardFileName(int i) {
 namespace {
 inline constexpr const char* kLockName = ".kiln.lock";
 
-// Replaces the shard held open in `env` by a compact copy (temp file,
-// fsync, rename) and closes it. The copy depends only on the records, not on
-// how the writes were batched, resumed, retried or repaired.
-Status CompactShard(LmdbEnv* env, uint64_t* bytes) {
+// The value of record `index` for CommitBatch; must stay valid until the
+// next call.
+using ValueOf = std::function<Status(uint64_t index, MDB_val* value)>;
+
+// Appends records first..first+count-1 to `env` in one write transaction
+// (MDB_APPEND). On MDB_MAP_FULL the transaction is dropped, the map doubled
+// and the batch redone. This is the only code that writes records, for a
+// build and for a rewrite alike, so that the same records written with the
+// same batches give the same file, byte for byte (see WriteShardCanonically).
+Status CommitBatch(LmdbEnv* env, uint64_t first, uint64_t count, const ValueOf& value_of) {
+  for (;;) {
+    LmdbTxn txn;
+    KILN_RETURN_IF_ERROR(txn.Begin(*env, false));
+    int rc = MDB_SUCCESS;
+    for (uint64_t r = 0; r < count && rc == MDB_SUCCESS; ++r) {
+      uint8_t key[kKeySize];
+      EncodeKey(first + r, key);
+      MDB_val k{kKeySize, key}, v;
+      KILN_RETURN_IF_ERROR(value_of(first + r, &v));
+      rc = mdb_put(txn.get(), env->dbi(), &k, &v, MDB_APPEND);
+    }
+    if (rc == MDB_SUCCESS) rc = txn.CommitRc();
+    if (rc == MDB_MAP_FULL) {
+      txn.Abort();
+      KILN_RETURN_IF_ERROR(env->SetMapSize(env->map_size() * 2));
+      continue;
+    }
+    if (rc == MDB_KEYEXIST)
+      return Status::InvalidArgument(env->path() + ": record " + std::to_string(first) +
+                                     " or later already present (keys must increase)");
+    return LmdbStatus(rc, env->path() + ": commit");
+  }
+}
+
+Status SyncAndClose(LmdbEnv* env) {
   const std::string path = env->path();
+  KILN_RETURN_IF_ERROR(LmdbStatus(mdb_env_sync(env->env(), 1), path + ": sync"));
+  env->Close();
+  ::unlink((path + "-lock").c_str());
+  return Status::OK();
+}
+
+// The canonical form of a shard: its records written into a fresh file with
+// a map of `map_size` bytes and a commit after every `per_commit` records
+// (and after the last), exactly as an uninterrupted CacheWriter writes them.
+// LMDB's file is a function of that sequence of operations, so a build that
+// was resumed from one of those commits, a repaired shard and a fresh build
+// all end with the same bytes. Writes `path`.tmp, then renames it over path.
+Status WriteShardCanonically(const std::string& path, uint64_t map_size, uint64_t per_commit,
+                             uint64_t first, uint64_t count, const ValueOf& value_of) {
   const std::string tmp = path + ".tmp";
   ::unlink(tmp.c_str());
-  KILN_RETURN_IF_ERROR(
-      LmdbStatus(mdb_env_copy2(env->env(), tmp.c_str(), MDB_CP_COMPACT), path + ": compacting"));
-  env->Close();
-  int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return PosixError(tmp, errno);
-  const int rc = ::fsync(fd);
-  ::close(fd);
-  if (rc != 0) return PosixError(tmp, errno);
+  ::unlink((tmp + "-lock").c_str());
+  LmdbEnv out;
+  KILN_RETURN_IF_ERROR(out.OpenForWrite(tmp, map_size));
+  for (uint64_t done = 0; done < count;) {
+    const uint64_t n = std::min(per_commit, count - done);
+    KILN_RETURN_IF_ERROR(CommitBatch(&out, first + done, n, value_of));
+    done += n;
+  }
+  KILN_RETURN_IF_ERROR(SyncAndClose(&out));
   if (::rename(tmp.c_str(), path.c_str()) != 0) return PosixError(path, errno);
-  ::unlink((path + "-lock").c_str());
-  return FileSize(path, bytes);
+  return Status::OK();
 }
+
+// Marks a shard whose writes were committed off the regular cadence (an
+// explicit Commit): it is rewritten canonically when it is finished.
+std::string ReplayMarker(const std::string& shard_path) { return shard_path + ".replay"; }
 
 // The shard digest: XXH3 over the stored checksums in key order.
 Status ShardDigest(const LmdbEnv& env, std::string* digest) {
@@ -138,7 +189,9 @@ class CacheWriter::Impl {
         if (s == 0) return OpenShard(0, true);
         return Status::Corruption(path + ": missing while later shards exist");
       }
-      KILN_RETURN_IF_ERROR(env_.OpenForWrite(path, MapSizeFor(path)));
+      // The map size recorded in the file, so that the resumed shard goes on
+      // exactly as the interrupted writer would have.
+      KILN_RETURN_IF_ERROR(env_.OpenForWrite(path, 0));
       ShardInfo info;
       info.file = ShardFileName(s);
       info.first = next_;
@@ -183,6 +236,7 @@ class CacheWriter::Impl {
         KILN_RETURN_IF_ERROR(FinishShardFile(&info));
         done_.push_back(info);
       } else {
+        noncanonical_ = Exists(ReplayMarker(path));
         cur_ = info;
         digest_ = digest;
         shard_index_ = s;
@@ -192,12 +246,16 @@ class CacheWriter::Impl {
     return Status::OK();
   }
 
-  uint64_t MapSizeFor(const std::string& path) {
-    uint64_t size = 0;
-    (void)FileSize(path, &size);
-    uint64_t base = opt_.initial_map_size ? opt_.initial_map_size
-                                          : opt_.shard_size + opt_.shard_size / 4 + (64ull << 20);
-    return std::max<uint64_t>(base, size + size / 2 + (1ull << 20));
+  // The map a fresh shard starts with.
+  uint64_t InitialMapSize() const {
+    return opt_.initial_map_size ? opt_.initial_map_size
+                                 : opt_.shard_size + opt_.shard_size / 4 + (64ull << 20);
+  }
+  // Records per commit: the first record that takes the batch to
+  // commit_bytes closes it.
+  uint64_t PerCommit() const {
+    const uint64_t stride = kRecordHeaderSize + record_bytes_;
+    return std::max<uint64_t>(1, (opt_.commit_bytes + stride - 1) / stride);
   }
 
   Status OpenShard(int i, bool fresh) {
@@ -207,7 +265,8 @@ class CacheWriter::Impl {
       ::unlink(path.c_str());
       ::unlink((path + "-lock").c_str());
     }
-    KILN_RETURN_IF_ERROR(env_.OpenForWrite(path, MapSizeFor(path)));
+    ::unlink(ReplayMarker(path).c_str());
+    KILN_RETURN_IF_ERROR(env_.OpenForWrite(path, InitialMapSize()));
     cur_ = ShardInfo();
     cur_.file = ShardFileName(i);
     cur_.first = next_;
@@ -236,36 +295,30 @@ class CacheWriter::Impl {
     ++pending_count_;
     ++next_;
     shard_bytes_ += record_bytes_;
-    if (pending_.size() >= opt_.commit_bytes) return Commit();
+    if (pending_count_ >= PerCommit()) return CommitPending();
     return Status::OK();
   }
 
+  // An explicit commit (CacheWriter::Commit): durable now, but off the
+  // regular cadence, so the shard is rewritten canonically at its end.
   Status Commit() {
     if (pending_count_ == 0) return Status::OK();
-    const size_t stride = kRecordHeaderSize + record_bytes_;
-    for (;;) {
-      LmdbTxn txn;
-      KILN_RETURN_IF_ERROR(txn.Begin(env_, false));
-      int rc = MDB_SUCCESS;
-      for (uint64_t r = 0; r < pending_count_ && rc == MDB_SUCCESS; ++r) {
-        uint8_t key[kKeySize];
-        EncodeKey(pending_first_ + r, key);
-        MDB_val k{kKeySize, key};
-        MDB_val v{stride, pending_.data() + r * stride};
-        rc = mdb_put(txn.get(), env_.dbi(), &k, &v, MDB_APPEND);
-      }
-      if (rc == MDB_SUCCESS) rc = txn.CommitRc();
-      if (rc == MDB_MAP_FULL) {
-        txn.Abort();
-        KILN_RETURN_IF_ERROR(env_.SetMapSize(env_.map_size() * 2));
-        continue;
-      }
-      if (rc == MDB_KEYEXIST)
-        return Status::InvalidArgument(env_.path() + ": record " + std::to_string(pending_first_) +
-                                       " or later already present (keys must increase)");
-      KILN_RETURN_IF_ERROR(LmdbStatus(rc, env_.path() + ": commit"));
-      break;
+    if (!noncanonical_) {
+      std::ofstream marker(ReplayMarker(env_.path()));
+      if (!marker) return Status::IOError(ReplayMarker(env_.path()) + ": cannot create");
+      noncanonical_ = true;
     }
+    return CommitPending();
+  }
+
+  Status CommitPending() {
+    if (pending_count_ == 0) return Status::OK();
+    const size_t stride = kRecordHeaderSize + record_bytes_;
+    KILN_RETURN_IF_ERROR(CommitBatch(&env_, pending_first_, pending_count_,
+                                     [&](uint64_t i, MDB_val* v) {
+                                       *v = MDB_val{stride, pending_.data() + (i - pending_first_) * stride};
+                                       return Status::OK();
+                                     }));
     if (opt_.sync_commits) KILN_RETURN_IF_ERROR(LmdbStatus(mdb_env_sync(env_.env(), 1), env_.path()));
     for (uint64_t r = 0; r < pending_count_; ++r) {
       uint64_t checksum;
@@ -278,14 +331,37 @@ class CacheWriter::Impl {
     return Status::OK();
   }
 
-  // Rewrites the shard held in env_ as a compact copy (temp file + rename)
-  // and records its size. The copy depends only on the records, not on how
-  // the writes were batched, resumed or retried, so an interrupted and
-  // resumed build ends with the same bytes as an uninterrupted one.
-  Status FinishShardFile(ShardInfo* info) { return CompactShard(&env_, &info->bytes); }
+  // Syncs and closes the shard held in env_ and records its size. A shard
+  // written entirely on the regular commit cadence (also across a resume)
+  // is already canonical; one that saw an explicit Commit is rewritten.
+  Status FinishShardFile(ShardInfo* info) {
+    const std::string path = env_.path();
+    if (noncanonical_ || Exists(ReplayMarker(path))) {
+      LmdbTxn rd;
+      KILN_RETURN_IF_ERROR(rd.Begin(env_, true));
+      Status s = WriteShardCanonically(
+          path + ".canonical", InitialMapSize(), PerCommit(), info->first, info->count,
+          [&](uint64_t i, MDB_val* v) {
+            uint8_t key[kKeySize];
+            EncodeKey(i, key);
+            MDB_val k{kKeySize, key};
+            return LmdbStatus(mdb_get(rd.get(), env_.dbi(), &k, v), path + ": record " + std::to_string(i));
+          });
+      rd.Abort();
+      KILN_RETURN_IF_ERROR(s);
+      env_.Close();
+      ::unlink((path + "-lock").c_str());
+      if (::rename((path + ".canonical").c_str(), path.c_str()) != 0) return PosixError(path, errno);
+      ::unlink(ReplayMarker(path).c_str());
+      noncanonical_ = false;
+    } else {
+      KILN_RETURN_IF_ERROR(SyncAndClose(&env_));
+    }
+    return FileSize(path, &info->bytes);
+  }
 
   Status CloseCurrent() {
-    KILN_RETURN_IF_ERROR(Commit());
+    KILN_RETURN_IF_ERROR(CommitPending());
     cur_.digest = DigestHex(XXH3_64bits_digest(&digest_));
     KILN_RETURN_IF_ERROR(FinishShardFile(&cur_));
     done_.push_back(cur_);
@@ -309,6 +385,8 @@ class CacheWriter::Impl {
     meta->dtype = opt_.dtype;
     meta->shape = opt_.shape;
     meta->shards = done_;
+    meta->initial_map_size = InitialMapSize();
+    meta->commit_records = PerCommit();
     return WriteManifest(dir_, *meta);
   }
 
@@ -329,6 +407,7 @@ class CacheWriter::Impl {
   uint64_t pending_first_ = 0;
   uint64_t pending_count_ = 0;
   uint64_t next_ = 0;
+  bool noncanonical_ = false;  // the current shard saw an explicit Commit
 };
 
 Status RewriteRecords(const std::string& dir, const std::vector<RecordFix>& fixes) {
@@ -337,6 +416,9 @@ Status RewriteRecords(const std::string& dir, const std::vector<RecordFix>& fixe
   Manifest m;
   KILN_RETURN_IF_ERROR(ReadManifest(dir, &m));
   const uint64_t bytes = m.shape.NumElements() * DTypeSize(m.dtype);
+  if (m.commit_records == 0 || m.initial_map_size == 0)
+    return Status::NotSupported(dir + ": the manifest does not record the writer's layout (a cache "
+                                "from an older kiln); rebuild it instead of repairing");
   std::vector<std::vector<const RecordFix*>> by_shard(m.shards.size());
   for (const RecordFix& f : fixes) {
     const int s = m.ShardFor(f.index);
@@ -351,42 +433,43 @@ Status RewriteRecords(const std::string& dir, const std::vector<RecordFix>& fixe
     const std::string fresh_path = path + ".repair";
     std::map<uint64_t, const RecordFix*> fix;
     for (const RecordFix* f : by_shard[s]) fix[f->index] = f;
-    // The shard is written anew, in key order with MDB_APPEND, from its
-    // good records and the fixes: LMDB's page layout then comes out as a
-    // fresh build's (an in-place overwrite leaves nodes in another order).
-    LmdbEnv old_env, out;
+    // The shard is written anew in its canonical form (the batches of a
+    // fresh build) from its good records and the fixes, so that it comes
+    // out byte for byte as a fresh build's.
+    LmdbEnv old_env;
     KILN_RETURN_IF_ERROR(old_env.OpenForRead(path, 4));
-    ::unlink(fresh_path.c_str());
-    ::unlink((fresh_path + "-lock").c_str());
-    KILN_RETURN_IF_ERROR(out.OpenForWrite(fresh_path, old_env.map_size()));
-    LmdbTxn rd, wr;
+    LmdbTxn rd;
     KILN_RETURN_IF_ERROR(rd.Begin(old_env, true));
-    KILN_RETURN_IF_ERROR(wr.Begin(out, false));
-    for (uint64_t i = info.first; i < info.first + info.count; ++i) {
-      uint8_t key[kKeySize];
-      EncodeKey(i, key);
-      MDB_val k{kKeySize, key}, v;
-      auto f = fix.find(i);
-      if (f != fix.end()) {
-        std::memcpy(value.data() + kRecordHeaderSize, f->second->payload, bytes);
-        EncodeRecordHeader(i, m.dtype, m.shape, f->second->label, value.data() + kRecordHeaderSize,
-                           value.data());
-        v = MDB_val{value.size(), value.data()};
-      } else {
-        const int rc = mdb_get(rd.get(), old_env.dbi(), &k, &v);
-        if (rc == MDB_NOTFOUND)
-          return Status::Corruption(path + ": record " + std::to_string(i) +
-                                    " is missing and no fix was given for it");
-        KILN_RETURN_IF_ERROR(LmdbStatus(rc, path));
-      }
-      KILN_RETURN_IF_ERROR(LmdbStatus(mdb_put(wr.get(), out.dbi(), &k, &v, MDB_APPEND),
-                                      fresh_path + ": record " + std::to_string(i)));
-    }
-    KILN_RETURN_IF_ERROR(wr.Commit());
+    Status st = WriteShardCanonically(
+        fresh_path, m.initial_map_size, m.commit_records, info.first, info.count,
+        [&](uint64_t i, MDB_val* v) -> Status {
+          auto f = fix.find(i);
+          if (f != fix.end()) {
+            std::memcpy(value.data() + kRecordHeaderSize, f->second->payload, bytes);
+            EncodeRecordHeader(i, m.dtype, m.shape, f->second->label,
+                               value.data() + kRecordHeaderSize, value.data());
+            *v = MDB_val{value.size(), value.data()};
+            return Status::OK();
+          }
+          uint8_t key[kKeySize];
+          EncodeKey(i, key);
+          MDB_val k{kKeySize, key};
+          const int rc = mdb_get(rd.get(), old_env.dbi(), &k, v);
+          if (rc == MDB_NOTFOUND)
+            return Status::Corruption(path + ": record " + std::to_string(i) +
+                                      " is missing and no fix was given for it");
+          return LmdbStatus(rc, path);
+        });
     rd.Abort();
     old_env.Close();
-    KILN_RETURN_IF_ERROR(ShardDigest(out, &info.digest));
-    KILN_RETURN_IF_ERROR(CompactShard(&out, &info.bytes));
+    KILN_RETURN_IF_ERROR(st);
+    {
+      LmdbEnv fresh;
+      KILN_RETURN_IF_ERROR(fresh.OpenForRead(fresh_path, 4));
+      KILN_RETURN_IF_ERROR(ShardDigest(fresh, &info.digest));
+    }
+    ::unlink((fresh_path + "-lock").c_str());
+    KILN_RETURN_IF_ERROR(FileSize(fresh_path, &info.bytes));
     if (::rename(fresh_path.c_str(), path.c_str()) != 0) return PosixError(path, errno);
   }
   return WriteManifest(dir, m);

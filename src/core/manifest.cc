@@ -54,6 +54,8 @@ std::string ManifestToJson(const Manifest& m) {
     shards.push_back({{"file", s.file}, {"first", s.first}, {"count", s.count},
                       {"bytes", s.bytes}, {"digest", s.digest}});
   j["shards"] = shards;
+  if (m.commit_records > 0)
+    j["layout"] = {{"initial_map_size", m.initial_map_size}, {"commit_records", m.commit_records}};
   if (m.is_part())
     j["part"] = {{"index", m.part_index}, {"of", m.part_count}, {"first", m.first_index}};
   json pre = json::parse(m.preprocessing_json, nullptr, /*allow_exceptions=*/false);
@@ -89,6 +91,10 @@ Status ManifestFromJson(const std::string& text, const std::string& where, Manif
       m.shape.dims[i] = static_cast<uint32_t>(dims[i]);
     }
     m.classes = j.value("classes", std::vector<std::string>());
+    if (j.contains("layout")) {
+      m.initial_map_size = j["layout"].at("initial_map_size").get<uint64_t>();
+      m.commit_records = j["layout"].at("commit_records").get<uint64_t>();
+    }
     if (j.contains("part")) {
       const json& part = j.at("part");
       m.part_index = part.at("index").get<int>();

@@ -218,3 +218,44 @@ TEST_CASE("verify full finds NaN and Inf in float payloads", "[cache]") {
     CHECK_THAT(r.problems[0].what, Catch::Contains("NaN or Inf"));
   }
 }
+
+TEST_CASE("a writer dropped mid-shard resumes to the bytes of an uninterrupted one", "[cache]") {
+  // 5 records per commit, 40 per shard: the crash point is after several
+  // commits inside a shard; no explicit Commit, so no rewrite at the end.
+  const Shape shape = MakeShape({3, 32, 32});
+  auto options = [&](bool resume) {
+    WriterOptions o;
+    o.dtype = DType::kFloat16;
+    o.shape = shape;
+    o.commit_bytes = 5 * (kRecordHeaderSize + 6144) - 100;
+    o.shard_size = 40 * 6144;
+    o.resume = resume;
+    return o;
+  };
+  auto write = [&](const std::string& dir, uint64_t begin, uint64_t end, bool resume, bool finish) {
+    std::unique_ptr<CacheWriter> w;
+    REQUIRE(CacheWriter::Open(options(resume), dir, &w).ok());
+    REQUIRE(w->next_index() == begin);
+    for (uint64_t i = begin; i < end; ++i) {
+      auto p = TestPayload(i, DType::kFloat16, 6144);
+      REQUIRE(w->Append(i, static_cast<int64_t>(i % 10), p.data()).ok());
+    }
+    if (finish) {
+      Manifest m;
+      REQUIRE(w->Finish(&m).ok());
+    }
+  };
+  TempDir ref, dir;
+  write(ref.path(), 0, 100, false, true);
+  for (uint64_t crash : {3u, 57u, 63u}) {
+    std::filesystem::remove_all(dir.path());
+    write(dir.path(), 0, crash, false, false);  // dropped: its last partial batch is lost
+    const uint64_t committed = crash / 40 * 40 + (crash % 40) / 5 * 5;
+    write(dir.path(), committed, 100, true, true);
+    for (const char* shard : {"shard-00000.mdb", "shard-00001.mdb", "shard-00002.mdb"}) {
+      INFO("crash after " << crash << ", " << shard);
+      CHECK(ReadFile(dir / shard) == ReadFile(ref / shard));
+    }
+    CHECK(ReadFile(dir / "manifest.json") == ReadFile(ref / "manifest.json"));
+  }
+}
