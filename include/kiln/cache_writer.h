@@ -67,7 +67,7 @@ class CacheWriter {
   // Commits what is pending (the records become durable once synced).
   Status Commit();
 
-  // Commits, syncs and trims every shard, then writes DIR/manifest.json from
+  // Commits and syncs every shard, then writes DIR/manifest.json from
   // `meta` (its classes and preprocessing_json are kept; count, shards,
   // dtype, shape and versions are filled in here). `meta` receives the
   // manifest written. The writer cannot be used afterwards.
