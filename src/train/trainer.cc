@@ -1,5 +1,6 @@
 #include "kiln/train/trainer.h"
 
+#include <dlfcn.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -143,6 +144,22 @@ int64_t PeakMemoryBytes() {
     if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
   return 0;
 }
+// GPU memory in use and in all on the current device, from the CUDA
+// runtime that a CUDA LibTorch has loaded (cudaMemGetInfo, found with
+// dlsym, so no CUDA header is needed). In use includes what LibTorch's
+// caching allocator holds, which only grows during the batch-size search:
+// after a trial it is that trial's peak. False when there is no runtime.
+bool GpuMemory(int64_t* used, int64_t* total) {
+  using MemGetInfo = int (*)(size_t*, size_t*);
+  static MemGetInfo fn = reinterpret_cast<MemGetInfo>(::dlsym(RTLD_DEFAULT, "cudaMemGetInfo"));
+  if (fn == nullptr) return false;
+  size_t free_bytes = 0, total_bytes = 0;
+  if (fn(&free_bytes, &total_bytes) != 0 || total_bytes == 0) return false;
+  *used = static_cast<int64_t>(total_bytes - free_bytes);
+  *total = static_cast<int64_t>(total_bytes);
+  return true;
+}
+
 int64_t PhysicalMemoryBytes() {
   std::ifstream f("/proc/meminfo");
   std::string line;
@@ -468,7 +485,9 @@ BatchTrial Trainer::Trial(int64_t batch) {
       if (device_.is_cuda()) torch::cuda::synchronize();
     }
     t.samples_per_second = batch * kTimed / std::max(1e-9, Seconds(t0));
-    t.peak_bytes = device_.is_cpu() ? PeakMemoryBytes() : 0;
+    int64_t used = 0, total = 0;
+    if (device_.is_cpu()) t.peak_bytes = PeakMemoryBytes();
+    else if (GpuMemory(&used, &total)) t.peak_bytes = used;
   } catch (const c10::Error& e) {
     if (!IsOutOfMemory(e)) throw;
     t.out_of_memory = true;
@@ -490,7 +509,10 @@ Status Trainer::ChooseBatchSize() {
     return Status::OK();
   }
   int64_t budget = o_.memory_budget;
+  int64_t gpu_used = 0, gpu_total = 0;
+  const bool gpu_measured = device_.is_cuda() && GpuMemory(&gpu_used, &gpu_total);
   if (budget == 0 && device_.is_cpu()) budget = PhysicalMemoryBytes() / 2;
+  if (budget == 0 && gpu_measured) budget = gpu_total / 10 * 9;
   const int64_t samples = static_cast<int64_t>(train_->size());
   const int64_t max_batch = std::min<int64_t>(o_.max_batch, samples / o_.accum_steps);
   const int64_t first = std::min<int64_t>(32, std::max<int64_t>(1, max_batch));
@@ -507,9 +529,9 @@ Status Trainer::ChooseBatchSize() {
          << "  " << t.note << "\n";
   KILN_RETURN_IF_ERROR(s);
   out_ << "  chose " << batch_ << "\n";
-  if (device_.is_cuda() && o_.memory_budget == 0)
-    out_ << "  (GPU memory is not measured by this build: the search stops at out-of-memory or "
-            "when throughput stops growing)\n";
+  if (device_.is_cuda() && !gpu_measured)
+    out_ << "  (the CUDA runtime's cudaMemGetInfo was not found: GPU memory is not measured, the "
+            "search stops at out-of-memory or when throughput stops growing)\n";
   return Status::OK();
 }
 
