@@ -19,15 +19,6 @@ done
 mkdir -p "$tmp"
 [ -x "$kiln" ] || { echo "no kiln binary at $kiln (cmake --build build)" >&2; exit 2; }
 
-corpus() {  # corpus DIR N: make once, reuse
-  local d=$1 m=$2
-  if [ ! -d "$d" ]; then
-    echo "# making corpus of $m images in $d ..." >&2
-    rm -rf "$d.tmp"
-    "$shared/make_dev_corpus.sh" "$d.tmp" "$m" >&2
-    mv "$d.tmp" "$d"
-  fi
-}
 corpus "$tmp/corpus-$n" "$n"
 src=$tmp/corpus-$n
 

@@ -21,10 +21,7 @@ mkdir -p "$tmp"
 [ -x "$kiln" ] || { echo "no kiln binary at $kiln (cmake --build build)" >&2; exit 2; }
 
 src=$tmp/corpus-$n
-if [ ! -d "$src" ]; then
-  echo "# making corpus of $n images in $src ..." >&2
-  rm -rf "$src.tmp"; "$shared/make_dev_corpus.sh" "$src.tmp" "$n" >&2; mv "$src.tmp" "$src"
-fi
+corpus "$src" "$n"
 cache=$tmp/cache64-$n
 echo "# kiln build $src $cache --resize 64 --crop 64 ..." >&2
 "$kiln" build "$src" "$cache" --resize 64 --crop 64 --dtype float16 --norm imagenet \

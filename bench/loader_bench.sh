@@ -21,18 +21,9 @@ mkdir -p "$tmp"
 
 # --- corpus and kiln cache, exactly as verify_bench.sh ---
 src=$tmp/corpus-$n
-if [ ! -d "$src" ]; then
-  echo "# making corpus of $n images in $src ..." >&2
-  rm -rf "$src.tmp"; "$shared/make_dev_corpus.sh" "$src.tmp" "$n" >&2; mv "$src.tmp" "$src"
-fi
+corpus "$src" "$n"
 cache=$tmp/cache-$n
-# reuse only a cache that quick-verifies (a cache left by an older kiln or a killed build is rebuilt)
-if ! "$kiln" verify "$cache" --level quick >/dev/null 2>&1; then
-  echo "# building cache $cache ..." >&2
-  rm -rf "$cache"
-  "$kiln" build "$src" "$cache" --resize 256 --crop 224 --dtype float16 --norm imagenet \
-      --threads 2 --progress none >"$tmp/loader-build-$n.log" 2>&1
-fi
+bench_cache "$src" "$cache" "$tmp/loader-build-$n.log"
 shopt -s nullglob
 shards=("$cache"/shard-*.mdb)
 [ ${#shards[@]} -gt 0 ] || { echo "no shards in $cache" >&2; exit 2; }

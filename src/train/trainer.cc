@@ -290,6 +290,7 @@ class Trainer {
   Status BuildModel();
   Status ChooseBatchSize();
   BatchTrial Trial(int64_t batch);
+  TensorLoaderOptions LoaderFor(int64_t batch, bool train) const;
   Status MakeOptimizer();
   Status Resume();
   Status Step(TensorLoader& loader, Meter& meter, bool* epoch_end);
@@ -433,6 +434,24 @@ Status Trainer::BuildModel() {
   return Status::OK();
 }
 
+// Training: seeded shuffle, whole batches only, random crop/flip.
+// Evaluation: sequential, every sample, center crop.
+TensorLoaderOptions Trainer::LoaderFor(int64_t batch, bool train) const {
+  TensorLoaderOptions lo;
+  lo.loader.batch_size = static_cast<uint64_t>(batch);
+  lo.loader.workers = o_.workers;
+  lo.loader.seed = o_.seed;
+  lo.loader.shuffle = train;
+  lo.loader.drop_last = train;
+  lo.loader.crop = o_.crop;
+  lo.loader.random_crop = train && o_.crop > 0;
+  lo.loader.random_flip = train && o_.flip;
+  lo.slots = o_.workers + 2;
+  lo.device = device_;
+  lo.channels_last = o_.channels_last;
+  return lo;
+}
+
 BatchTrial Trainer::Trial(int64_t batch) {
   BatchTrial t;
   t.batch = batch;
@@ -440,18 +459,8 @@ BatchTrial Trainer::Trial(int64_t batch) {
   std::vector<torch::Tensor> saved;
   for (auto& [n, b] : model_.Buffers()) saved.push_back(b.clone());
   try {
-    TensorLoaderOptions lo;
-    lo.loader.batch_size = static_cast<uint64_t>(batch);
-    lo.loader.workers = o_.workers;
-    lo.loader.seed = o_.seed;
-    lo.loader.drop_last = true;
-    lo.loader.crop = o_.crop;
-    lo.loader.random_crop = o_.crop > 0;
-    lo.slots = o_.workers + 2;
-    lo.device = device_;
-    lo.channels_last = o_.channels_last;
     std::unique_ptr<TensorLoader> loader;
-    Status s = TensorLoader::Open(train_.get(), lo, &loader);
+    Status s = TensorLoader::Open(train_.get(), LoaderFor(batch, /*train=*/true), &loader);
     if (!s.ok()) {
       t.out_of_memory = true;
       t.note = s.message();
@@ -660,16 +669,10 @@ Status Trainer::Step(TensorLoader& loader, Meter& meter, bool* epoch_end) {
 }
 
 Status Trainer::Evaluate(EpochStats* stats) {
-  TensorLoaderOptions lo;
-  lo.loader.batch_size = static_cast<uint64_t>(std::max<int64_t>(batch_, 64));
-  lo.loader.workers = o_.workers;
-  lo.loader.shuffle = false;
-  lo.loader.crop = o_.crop;
-  lo.slots = o_.workers + 2;
-  lo.device = device_;
-  lo.channels_last = o_.channels_last;
   std::unique_ptr<TensorLoader> loader;
-  KILN_RETURN_IF_ERROR(TensorLoader::Open(val_.get(), lo, &loader).WithContext(o_.val));
+  KILN_RETURN_IF_ERROR(
+      TensorLoader::Open(val_.get(), LoaderFor(std::max<int64_t>(batch_, 64), /*train=*/false), &loader)
+          .WithContext(o_.val));
   KILN_RETURN_IF_ERROR(loader->StartEpoch(0));
   model_.SetTraining(false);
   torch::NoGradGuard no_grad;
@@ -730,19 +733,9 @@ Status Trainer::Run(TrainResult* result) {
   result->batch_size = batch_;
   result->optimized = optimized_;
 
-  TensorLoaderOptions lo;
-  lo.loader.batch_size = static_cast<uint64_t>(batch_);
-  lo.loader.workers = o_.workers;
-  lo.loader.seed = o_.seed;
-  lo.loader.drop_last = true;
-  lo.loader.crop = o_.crop;
-  lo.loader.random_crop = o_.crop > 0;
-  lo.loader.random_flip = o_.flip;
-  lo.slots = o_.workers + 2;
-  lo.device = device_;
-  lo.channels_last = o_.channels_last;
   std::unique_ptr<TensorLoader> loader;
-  KILN_RETURN_IF_ERROR(TensorLoader::Open(train_.get(), lo, &loader).WithContext(o_.data));
+  KILN_RETURN_IF_ERROR(
+      TensorLoader::Open(train_.get(), LoaderFor(batch_, /*train=*/true), &loader).WithContext(o_.data));
   const int64_t steps_per_epoch =
       static_cast<int64_t>(loader->loader().batches_per_epoch()) / o_.accum_steps;
   if (steps_per_epoch == 0)
