@@ -486,7 +486,10 @@ class Builder {
       std::vector<Status> status;
     };
     const int threads = opt_.threads > 0 ? opt_.threads : tbb::this_task_arena::max_concurrency();
-    const size_t tokens = static_cast<size_t>(std::max(2, threads * 3));
+    // Enough chunks in flight that decoding goes on while the serial writer
+    // commits (8 per thread: 3.6 s instead of 4.4 s for the 4000-image corpus
+    // on 2 threads; 16 per thread gains nothing more).
+    const size_t tokens = static_cast<size_t>(std::max(4, threads * 8));
     std::mutex pool_mu;
     std::vector<std::unique_ptr<Chunk>> pool;
     auto take = [&] {

@@ -319,7 +319,15 @@ class CacheWriter::Impl {
                                        *v = MDB_val{stride, pending_.data() + (i - pending_first_) * stride};
                                        return Status::OK();
                                      }));
-    if (opt_.sync_commits) KILN_RETURN_IF_ERROR(LmdbStatus(mdb_env_sync(env_.env(), 1), env_.path()));
+    if (opt_.sync_commits) {
+      KILN_RETURN_IF_ERROR(LmdbStatus(mdb_env_sync(env_.env(), 1), env_.path()));
+    } else {
+      // Start writing the committed pages back now, without waiting, so that
+      // the one fsync at the end of the shard has little left to do.
+      mdb_filehandle_t fd;
+      if (mdb_env_get_fd(env_.env(), &fd) == MDB_SUCCESS)
+        (void)::sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+    }
     for (uint64_t r = 0; r < pending_count_; ++r) {
       uint64_t checksum;
       std::memcpy(&checksum, pending_.data() + r * stride + kChecksumOffset, sizeof(checksum));
