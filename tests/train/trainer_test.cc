@@ -32,7 +32,11 @@ bool BuildSampleCaches(const TempDir& dir, const std::string& val_mean = "0.2860
   std::string out;
   const std::string norm = " --channels 1 --dtype float16 --std 0.3530 --progress none";
   const std::string kiln = KILN_BIN;
-  if (RunCommand(kiln + " build --help", &out) != 0) return false;
+  // kiln built without images (KILN_WITH_IMAGE=OFF) has no build subcommand.
+  if (RunCommand(kiln + " --help", &out) != 0 || out.find("\n  build ") == std::string::npos) {
+    WARN("kiln has no build subcommand: skipping the part of this test that needs sample caches");
+    return false;
+  }
   REQUIRE(RunCommand(kiln + " build " KILN_SAMPLE_DATA "/fashion/train " + dir / "train" +
                          " --mean 0.2860" + norm, &out) == 0);
   REQUIRE(RunCommand(kiln + " build " KILN_SAMPLE_DATA "/fashion/val " + dir / "val" +
