@@ -518,3 +518,54 @@ TEST_CASE("Ctrl-C saves a checkpoint before exiting, and --resume finishes the r
   CHECK(resumed.str().find("resume " + ck) != std::string::npos);
   CHECK(r.steps == saved + 3);
 }
+
+namespace {
+// Trains the mlp on 64 synthetic records (no kiln build needed, so this runs
+// on the GPU machine too, where kiln is built without images): it memorizes
+// them, so the loss must fall.
+void TrainSynthetic(const std::string& device, const std::string& precision) {
+  TempDir dir;
+  WriteTestCache(dir / "data", 64, DType::kFloat16, MakeShape({1, 8, 8}), 4);
+  std::ostringstream log;
+  TrainOptions o = Quiet(dir / "data", &log);
+  o.model = "mlp";
+  o.device = device;
+  o.precision = precision;
+  o.epochs = 25;
+  o.batch_size = 16;
+  o.schedule = "constant";
+  TrainResult r;
+  Status s = Train(o, &r);
+  INFO(log.str());
+  REQUIRE(s.ok());
+  CHECK(log.str().find("model on " + device) != std::string::npos);
+  CHECK(log.str().find("float on " + device) != std::string::npos);  // the first batch
+  CHECK(r.epochs.back().train_loss < 0.5 * r.epochs.front().train_loss);
+
+  o.batch_size = 0;  // automatic, with the device's memory measured
+  o.max_batch = 64;
+  o.epochs = 1;
+  std::ostringstream auto_log;
+  o.log = &auto_log;
+  s = Train(o, &r);
+  INFO(auto_log.str());
+  REQUIRE(s.ok());
+  CHECK(auto_log.str().find("chose") != std::string::npos);
+  CHECK(auto_log.str().find("not measured") == std::string::npos);
+}
+}  // namespace
+
+TEST_CASE("the mlp memorizes a synthetic cache on the CPU", "[train]") {
+  TrainSynthetic("cpu", "fp32");
+}
+
+TEST_CASE("kiln train on the GPU: model and batches on cuda, mixed precision, the loss falls",
+          "[train][cuda]") {
+  REQUIRE(torch::cuda::is_available());
+  TrainSynthetic("cuda:0", "auto");
+  Precision p;
+  REQUIRE(ResolvePrecision("auto", torch::Device(torch::kCUDA, 0), &p).ok());
+  CHECK(p != Precision::kFp32);
+  // fp16 with the loss scaler, on the GPU.
+  TrainSynthetic("cuda:0", "fp16");
+}

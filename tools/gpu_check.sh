@@ -1,0 +1,54 @@
+#!/bin/bash
+# kiln's GPU check, for a lent GPU machine (../shared/gpu/README.md): builds
+# kiln's core and trainer (no image part) against the CUDA LibTorch inside
+# that machine's PyTorch wheel, with the Debian packages of .gpu-debs/
+# unpacked into a prefix; runs every test, then the [cuda] ones; trains on
+# the GPU; prints a short table last. Writes logs to $OUT (or /tmp).
+#
+#   on a development machine, once:  ../shared/gpu/fetch_debs.sh .gpu-debs
+#   then, through the device tool:   bash tools/gpu_check.sh
+#
+# Environment (all optional): KILN_TORCH_PREFIX (CMake prefix of LibTorch;
+# default: the wheel's torch.utils.cmake_prefix_path), KILN_DEPS_DIR
+# (/tmp/kiln-deps), KILN_GPU_BUILD (/tmp/kiln-gpu-build).
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+deps=${KILN_DEPS_DIR:-/tmp/kiln-deps}
+b=${KILN_GPU_BUILD:-/tmp/kiln-gpu-build}
+out=${OUT:-/tmp/kiln-gpu-out}
+mkdir -p "$out"
+results=()
+step() {  # step NAME COMMAND...: runs it with its output in $out/NAME.log
+  local name=$1; shift
+  local t0=$SECONDS
+  "$@" >"$out/$name.log" 2>&1
+  local rc=$?
+  results+=("$(printf '%-28s exit %-3d %4d s   %s' "$name" "$rc" $((SECONDS - t0)) "$(tail -1 "$out/$name.log")")")
+  return $rc
+}
+
+if [ -d .gpu-debs ]; then
+  mkdir -p "$deps"
+  for f in .gpu-debs/*.deb; do dpkg -x "$f" "$deps"; done
+fi
+torch_prefix=${KILN_TORCH_PREFIX:-$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')}
+# The unpacked .pc files say prefix=/usr: the sysroot puts their paths under $deps.
+export PKG_CONFIG_SYSROOT_DIR=$deps
+export PKG_CONFIG_PATH=$deps/usr/lib/x86_64-linux-gnu/pkgconfig:$deps/usr/share/pkgconfig
+export LD_LIBRARY_PATH=$deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+cuda=()
+[ -x /usr/local/cuda/bin/nvcc ] && cuda=(-DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc -DCUDAToolkit_ROOT=/usr/local/cuda)
+
+step configure cmake -S . -B "$b" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_WITH_IMAGE=OFF \
+  -DCMAKE_PREFIX_PATH="$torch_prefix;$deps/usr" "${cuda[@]}" &&
+step build cmake --build "$b" -j "$(nproc)" &&
+{
+  step ctest bash -c "cd '$b' && ctest -j 8 --output-on-failure"
+  step cuda-tests "$b/tests/train/kiln_train_tests" "[cuda]"
+  step nvidia-smi nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv
+}
+
+echo "== gpu_check: $(date -u +%FT%TZ), $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+for r in "${results[@]}"; do echo "$r"; done
+echo "logs: $out"
