@@ -11,7 +11,7 @@ cd "$root"
 
 pkgs=(build-essential cmake ninja-build pkg-config
       liblmdb-dev libxxhash-dev nlohmann-json3-dev libcli11-dev libtbb-dev catch2
-      libopencv-dev libturbojpeg0-dev libtorch-dev)
+      libopencv-dev libturbojpeg0-dev libtorch-dev libgloo-dev)
 # The tests compare kiln with torchvision/PIL and read caches from Python.
 [ "$mode" = test ] && pkgs+=(python3 python3-numpy python3-pil python3-torch python3-torchvision python3-lmdb)
 

@@ -23,6 +23,7 @@
 #include "kiln/train/model.h"
 #include "kiln/train/tensor_loader.h"
 #include "kiln/verify.h"
+#include "collective.h"
 
 namespace kiln::train {
 namespace fs = std::filesystem;
@@ -280,9 +281,16 @@ struct Meter {
   }
 };
 
+// Discards what is written to it (the log of ranks other than 0).
+class NullBuffer : public std::streambuf {
+ protected:
+  int overflow(int c) override { return c; }
+};
+
 class Trainer {
  public:
-  explicit Trainer(const TrainOptions& o) : o_(o), out_(o.log ? *o.log : std::cout) {}
+  explicit Trainer(const TrainOptions& o)
+      : o_(o), out_(o.log ? o.log->rdbuf() : std::cout.rdbuf()) {}
   Status Run(TrainResult* result);
 
  private:
@@ -293,13 +301,21 @@ class Trainer {
   TensorLoaderOptions LoaderFor(int64_t batch, bool train) const;
   Status MakeOptimizer();
   Status Resume();
-  Status Step(TensorLoader& loader, Meter& meter, bool* epoch_end);
+  Status Step(TensorLoader& loader, Meter& meter, bool* epoch_end, bool* stop);
   Status Evaluate(EpochStats* stats);
   void Metric(const json& j);
   Status Save(const std::string& dir, int64_t epoch, int64_t step_in_epoch);
 
+  bool lead() const { return !dist_ || dist_->rank() == 0; }
+  // Sums and averages the trainable gradients over the ranks, with the
+  // Ctrl-C flag in the same message; returns whether any rank was stopped.
+  bool ReduceGradients(bool stop_here);
+  void ReduceMeter(Meter* m);
+
   const TrainOptions& o_;
-  std::ostream& out_;
+  std::ostream out_;  // the log's buffer; a NullBuffer for ranks other than 0
+  NullBuffer null_buffer_;
+  std::unique_ptr<Collective> dist_;
   torch::Device device_ = torch::kCPU;
   Precision precision_ = Precision::kFp32;
   std::unique_ptr<CacheReader> train_, val_;
@@ -332,9 +348,19 @@ Status Trainer::Setup() {
     return Status::InvalidArgument("--lr-scaling " + o_.lr_scaling + ": expected none, linear or sqrt");
   if (o_.threads > 0) torch::set_num_threads(o_.threads);
 
-  // Device: one for model and data.
+  // Launched like torchrun: one process per rank, rank 0 logs and saves.
+  std::string joined;
+  KILN_RETURN_IF_ERROR(JoinFromEnvironment(&dist_, &joined));
+  if (dist_) {
+    if (!lead()) out_.rdbuf(&null_buffer_);
+    out_ << "dist   " << joined << ": each rank trains on its share of every epoch\n";
+  }
+
+  // Device: one for model and data (under a launcher, LOCAL_RANK's GPU).
+  const char* local_rank = std::getenv("LOCAL_RANK");
+  const int gpu = dist_ && local_rank ? std::atoi(local_rank) : 0;
   if (o_.device == "auto") {
-    device_ = torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+    device_ = torch::cuda::is_available() ? torch::Device(torch::kCUDA, gpu) : torch::Device(torch::kCPU);
   } else {
     try {
       device_ = torch::Device(o_.device);
@@ -378,7 +404,7 @@ Status Trainer::Setup() {
            << "\n";
     }
   }
-  if (!o_.metrics.empty()) {
+  if (!o_.metrics.empty() && lead()) {
     metrics_.open(o_.metrics, o_.resume.empty() ? std::ios::trunc : std::ios::app);
     if (!metrics_) return Status::IOError(o_.metrics + ": cannot open for writing");
   }
@@ -431,6 +457,13 @@ Status Trainer::BuildModel() {
        << " trainable, " << Fixed(macs / 1e6, 1) << " M multiply-adds per sample; model on "
        << model_.device().str() << "\n";
   for (const auto& [name, p] : model_.Parameters(true)) trainable_.push_back(p);
+  if (dist_) {  // every rank starts from rank 0's weights
+    torch::NoGradGuard no_grad;
+    std::vector<torch::Tensor> all;
+    for (auto& [n, t] : model_.Parameters(false)) all.push_back(t);
+    for (auto& [n, t] : model_.Buffers()) all.push_back(t);
+    dist_->Broadcast(all);
+  }
   return Status::OK();
 }
 
@@ -446,6 +479,10 @@ TensorLoaderOptions Trainer::LoaderFor(int64_t batch, bool train) const {
   lo.loader.crop = o_.crop;
   lo.loader.random_crop = train && o_.crop > 0;
   lo.loader.random_flip = train && o_.flip;
+  if (dist_ && train) {  // DistributedSampler's share; evaluation runs on rank 0 alone
+    lo.loader.rank = dist_->rank();
+    lo.loader.world_size = dist_->world();
+  }
   lo.slots = o_.workers + 2;
   lo.device = device_;
   lo.channels_last = o_.channels_last;
@@ -537,6 +574,11 @@ Status Trainer::ChooseBatchSize() {
          << std::setw(7) << (t.peak_bytes > 0 ? Fixed(t.peak_bytes / 1e6, 0) : std::string("-"))
          << "  " << t.note << "\n";
   KILN_RETURN_IF_ERROR(s);
+  if (dist_) {  // every rank takes the smallest choice
+    torch::Tensor b = torch::tensor({batch_}, torch::kInt64);
+    dist_->AllReduceMin(b);
+    batch_ = b.item<int64_t>();
+  }
   out_ << "  chose " << batch_ << "\n";
   if (device_.is_cuda() && !gpu_measured)
     out_ << "  (the CUDA runtime's cudaMemGetInfo was not found: GPU memory is not measured, the "
@@ -545,7 +587,8 @@ Status Trainer::ChooseBatchSize() {
 }
 
 Status Trainer::MakeOptimizer() {
-  const int64_t effective = batch_ * o_.accum_steps;
+  const int64_t ranks = dist_ ? dist_->world() : 1;
+  const int64_t effective = batch_ * o_.accum_steps * ranks;
   double factor = 1;
   if (o_.lr_scaling == "linear") factor = static_cast<double>(effective) / o_.base_batch;
   if (o_.lr_scaling == "sqrt") factor = std::sqrt(static_cast<double>(effective) / o_.base_batch);
@@ -586,7 +629,8 @@ Status Trainer::MakeOptimizer() {
   if (!head.empty()) out_ << " (head " << lr_head << ")";
   if (factor != 1) out_ << " (" << o_.lr_scaling << " scaling x" << Fixed(factor, 3) << ")";
   out_ << ", " << o_.schedule << " schedule; batch " << batch_ << " x " << o_.accum_steps
-       << " accumulation = " << effective << " per step; precision " << PrecisionName(precision_)
+       << " accumulation" << (ranks > 1 ? " x " + std::to_string(ranks) + " ranks" : std::string())
+       << " = " << effective << " per step; precision " << PrecisionName(precision_)
        << " on " << device_.str() << "\n";
   return Status::OK();
 }
@@ -612,6 +656,7 @@ Status Trainer::Resume() {
 }
 
 Status Trainer::Save(const std::string& dir, int64_t epoch, int64_t step_in_epoch) {
+  if (!lead()) return Status::OK();
   Checkpoint c;
   c.epoch = epoch;
   c.step_in_epoch = step_in_epoch;
@@ -631,7 +676,7 @@ void Trainer::Metric(const json& j) {
 
 // One optimizer step: accum_steps micro-batches. Sets *epoch_end (and does
 // no step) when the epoch has no full step left.
-Status Trainer::Step(TensorLoader& loader, Meter& meter, bool* epoch_end) {
+Status Trainer::Step(TensorLoader& loader, Meter& meter, bool* epoch_end, bool* stop) {
   *epoch_end = false;
   for (int k = 0; k < o_.accum_steps; ++k) {
     torch::Tensor x, y;
@@ -661,11 +706,43 @@ Status Trainer::Step(TensorLoader& loader, Meter& meter, bool* epoch_end) {
     meter.correct += logits.argmax(1).eq(y).sum();
     meter.samples += x.size(0);
   }
+  // Ctrl-C on any rank stops every rank after this same step.
+  *stop = dist_ ? ReduceGradients(g_sigint.load() > 0) : g_sigint.load() > 0;
   const bool finite = scaler_.UnscaleAndCheck(trainable_);
   if (finite) opt_->step();
   scaler_.Update(!finite);
   opt_->zero_grad();
   return Status::OK();
+}
+
+bool Trainer::ReduceGradients(bool stop_here) {
+  std::vector<torch::Tensor> flat;
+  for (auto& p : trainable_) {
+    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+    flat.push_back(p.grad().reshape({-1}));
+  }
+  const auto opts = flat.empty() ? torch::TensorOptions() : flat[0].options();
+  flat.push_back(torch::full({1}, stop_here ? 1.0 : 0.0, opts));
+  torch::Tensor buf = torch::cat(flat);
+  dist_->AllReduceSum(buf);
+  buf.div_(dist_->world());
+  int64_t off = 0;
+  for (auto& p : trainable_) {
+    const int64_t n = p.numel();
+    p.mutable_grad().copy_(buf.narrow(0, off, n).view_as(p));
+    off += n;
+  }
+  return buf[off].item<double>() > 0;
+}
+
+void Trainer::ReduceMeter(Meter* m) {
+  torch::Tensor t = torch::stack({m->loss_sum.to(torch::kCPU, torch::kFloat64),
+                                  m->correct.to(torch::kCPU, torch::kFloat64),
+                                  torch::tensor(static_cast<double>(m->samples), torch::kFloat64)});
+  dist_->AllReduceSum(t);
+  m->loss_sum = t[0].to(device_);
+  m->correct = t[1].to(device_);
+  m->samples = static_cast<int64_t>(t[2].item<double>());
 }
 
 Status Trainer::Evaluate(EpochStats* stats) {
@@ -769,8 +846,8 @@ Status Trainer::Run(TrainResult* result) {
         opt_->param_groups()[g].options().set_lr(base_lr_[g] * lr_factor);
       Meter m;
       m.Reset(device_);
-      bool epoch_end = false;
-      KILN_RETURN_IF_ERROR(Step(*loader, m, &epoch_end));
+      bool epoch_end = false, stop = false;
+      KILN_RETURN_IF_ERROR(Step(*loader, m, &epoch_end, &stop));
       if (epoch_end) break;
       ++global_step_;
       {
@@ -795,7 +872,7 @@ Status Trainer::Run(TrainResult* result) {
         log_meter.Reset(device_);
         t_log = std::chrono::steady_clock::now();
       }
-      if (g_sigint.load() > 0) {
+      if (stop) {
         wait_epoch += loader->TakeWaitSeconds();
         KILN_RETURN_IF_ERROR(Save(interrupt_dir, epoch, step + 1));
         out_ << "interrupted: checkpoint saved to " << interrupt_dir << " (epoch " << epoch + 1
@@ -813,6 +890,7 @@ Status Trainer::Run(TrainResult* result) {
     es.epoch = static_cast<int>(epoch + 1);
     es.seconds = Seconds(t_epoch);
     es.data_wait_seconds = wait_epoch + loader->TakeWaitSeconds();
+    if (dist_) ReduceMeter(&epoch_meter);
     es.samples_per_second = epoch_meter.samples / std::max(1e-9, es.seconds);
     if (epoch_meter.samples > 0) {
       es.train_loss = epoch_meter.loss_sum.item<double>() / epoch_meter.samples;
@@ -828,7 +906,8 @@ Status Trainer::Run(TrainResult* result) {
       if (epoch_meter.samples > 0) result->epochs.push_back(es);
       break;
     }
-    if (val_) KILN_RETURN_IF_ERROR(Evaluate(&es));
+    if (val_ && lead()) KILN_RETURN_IF_ERROR(Evaluate(&es));
+    if (dist_) dist_->Barrier();
     const double share = es.seconds > 0 ? es.data_wait_seconds / es.seconds : 0;
     out_ << "epoch " << es.epoch << "/" << o_.epochs << " done in " << Fixed(es.seconds, 1)
          << " s: train loss " << Fixed(es.train_loss, 4) << ", acc " << Fixed(100 * es.train_acc, 2)
@@ -862,7 +941,7 @@ Status Trainer::Run(TrainResult* result) {
   }
   result->steps = global_step_;
   result->skipped_steps = scaler_.skipped_steps();
-  if (!o_.export_path.empty()) {
+  if (!o_.export_path.empty() && lead()) {
     model_.SetTraining(false);
     KILN_RETURN_IF_ERROR(model_.Save(o_.export_path));
     out_ << "export " << o_.export_path << " (TorchScript, eval mode; torch.jit.load it)\n";

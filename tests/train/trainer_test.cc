@@ -7,7 +7,10 @@
 #undef CHECK
 #include <catch2/catch.hpp>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -568,4 +571,68 @@ TEST_CASE("kiln train on the GPU: model and batches on cuda, mixed precision, th
   CHECK(p != Precision::kFp32);
   // fp16 with the loss scaler, on the GPU.
   TrainSynthetic("cuda:0", "fp16");
+}
+
+TEST_CASE("two ranks (Gloo, launched like torchrun) make the update of one process with twice the batch",
+          "[train][dist]") {
+  TempDir dir;
+  if (!BuildSampleCaches(dir)) return;
+  // A free port for rank 0's store.
+  int sock = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(sock, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+  socklen_t len = sizeof(a);
+  REQUIRE(::getsockname(sock, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  const std::string port = std::to_string(ntohs(a.sin_port));
+  ::close(sock);
+
+  const std::string args = " train --data " + dir / "train" +
+                           " --model mlp --max-steps 4 --epochs 1 --schedule constant --lr 0.1"
+                           " --precision fp32 --device cpu --batch-size 16";
+  pid_t pids[2];
+  for (int r = 0; r < 2; ++r) {
+    pids[r] = ::fork();
+    REQUIRE(pids[r] >= 0);
+    if (pids[r] == 0) {
+      const std::string cmd = "RANK=" + std::to_string(r) + " WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 "
+                              "MASTER_PORT=" + port + " " + KILN_BIN + args + " --export " +
+                              dir / ("rank" + std::to_string(r) + ".pt") + " > " +
+                              dir / ("rank" + std::to_string(r) + ".log") + " 2>&1";
+      ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+  }
+  int statuses[2];
+  for (int r = 0; r < 2; ++r) REQUIRE(::waitpid(pids[r], &statuses[r], 0) == pids[r]);
+  if (ReadFile(dir / "rank0.log").find("without c10d") != std::string::npos) {
+    WARN("kiln was built without Gloo: " << ReadFile(dir / "rank0.log"));
+    return;
+  }
+  for (int r = 0; r < 2; ++r) {
+    const int status = statuses[r];
+    INFO(ReadFile(dir / ("rank" + std::to_string(r) + ".log")));
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+  }
+  const std::string log0 = ReadFile(dir / "rank0.log");
+  CHECK(log0.find("rank 0 of 2") != std::string::npos);
+  CHECK(log0.find("16 x 1 accumulation x 2 ranks = 32 per step") != std::string::npos);
+  CHECK(ReadFile(dir / "rank1.log").find("model") == std::string::npos);  // rank 0 alone logs
+  CHECK_FALSE(std::filesystem::exists(dir / "rank1.pt"));                 // ... and writes
+
+  // One process, batch 32: the same samples per step (DistributedSampler's
+  // interleaving), so the same update within float rounding.
+  std::ostringstream log;
+  TrainOptions o = Quiet(dir / "train", &log);
+  o.model = "mlp";
+  o.max_steps = 4;
+  o.schedule = "constant";
+  o.lr = 0.1;
+  o.batch_size = 32;
+  o.export_path = dir / "single.pt";
+  TrainResult r;
+  REQUIRE(Train(o, &r).ok());
+  CHECK(MaxDifference(LoadTensors(dir / "rank0.pt"), LoadTensors(dir / "single.pt")) < 1e-5);
 }
