@@ -34,16 +34,16 @@ struct Manifest {
   // A JSON object (as text) recording the preprocessing that produced the
   // tensors; "{}" when the writer recorded none.
   std::string preprocessing_json = "{}";
-  // One part of a cache built in parts (kiln build --num-parts N --part i):
-  // its records are the global indices first_index .. first_index+count-1
-  // of the whole cache. part_index < 0 for an ordinary cache (first_index 0).
-  // Parts are verified on their own and joined by kiln merge; they are not
-  // read for training.
   // How the writer batched its LMDB writes (the "layout" object): a shard's
   // bytes are a function of its records and these two, which lets a repair
   // rewrite a shard exactly as a fresh build writes it. 0 = not recorded.
   uint64_t initial_map_size = 0;
   uint64_t commit_records = 0;
+  // One part of a cache built in parts (kiln build --num-parts N --part i):
+  // its records are the global indices first_index .. first_index+count-1
+  // of the whole cache. part_index < 0 for an ordinary cache (first_index 0).
+  // Parts are verified on their own and joined by kiln merge; they are not
+  // read for training.
   int part_index = -1;
   int part_count = 0;
   uint64_t first_index = 0;

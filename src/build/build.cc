@@ -29,6 +29,7 @@
 #include "kiln/image/transform.h"
 #include "kiln/manifest.h"
 #include "kiln/verify.h"
+#include "sources_tsv.h"
 
 namespace kiln::build {
 
@@ -41,7 +42,6 @@ constexpr size_t kChunk = 16;            // items per pipeline token
 constexpr const char* kBuildState = "build.json";  // the options of the build in progress
 constexpr const char* kRejectLog = "rejects.partial";
 constexpr const char* kRejects = "rejects.tsv";
-constexpr const char* kSourcesTsv = "sources.tsv";
 
 image::DType ImageDType(DType d) {
   switch (d) {
@@ -75,41 +75,6 @@ Status ReadFileBytes(const std::string& path, std::vector<uint8_t>* out) {
   return Status::OK();
 }
 
-struct RecordedSource {
-  int64_t record = -1;
-  SourceItem item;
-};
-
-Status ReadSourcesTsv(const std::string& path, std::vector<RecordedSource>* out) {
-  std::ifstream in(path);
-  if (!in) return Status::NotFound(path + ": missing (the cache was not made by kiln build)");
-  std::string line;
-  std::getline(in, line);  // header
-  int lineno = 1;
-  while (std::getline(in, line)) {
-    ++lineno;
-    std::vector<std::string> f;
-    size_t pos = 0, tab;
-    while ((tab = line.find('\t', pos)) != std::string::npos) {
-      f.push_back(line.substr(pos, tab - pos));
-      pos = tab + 1;
-    }
-    f.push_back(line.substr(pos));
-    if (f.size() != 5) return Status::Corruption(path + ":" + std::to_string(lineno) + ": bad line");
-    RecordedSource r;
-    try {
-      r.record = std::stoll(f[0]);
-      r.item.rel_path = f[1];
-      r.item.label = std::stoll(f[2]);
-      r.item.size = std::stoull(f[3]);
-      r.item.mtime_ns = std::stoll(f[4]);
-    } catch (...) {
-      return Status::Corruption(path + ":" + std::to_string(lineno) + ": bad number");
-    }
-    out->push_back(std::move(r));
-  }
-  return Status::OK();
-}
 
 // Everything about one output cache of a build.
 struct Plan {
@@ -707,20 +672,12 @@ class Builder {
   // verify can say which files were added, removed or changed, and map a
   // record back to its file.
   Status WriteSourcesTsv(const Plan& plan, const std::set<size_t>& a, const std::set<size_t>& b) {
-    std::vector<int64_t> record(src_.items.size(), -1);
+    std::vector<RecordedSource> sources(src_.items.size());
+    for (size_t i = 0; i < src_.items.size(); ++i) sources[i].item = src_.items[i];
     int64_t next = static_cast<int64_t>(plan.first);
     for (size_t k = 0; k < plan.order.size(); ++k)
-      if (!a.count(k) && !b.count(k)) record[plan.order[k]] = next++;
-    std::string out = "record\tpath\tlabel\tsize\tmtime_ns\n";
-    for (size_t i = 0; i < src_.items.size(); ++i) {
-      const SourceItem& it = src_.items[i];
-      out += std::to_string(record[i]) + "\t" + it.rel_path + "\t" + std::to_string(it.label) + "\t" +
-             std::to_string(it.size) + "\t" + std::to_string(it.mtime_ns) + "\n";
-    }
-    std::ofstream f(plan.dir + "/" + kSourcesTsv, std::ios::trunc);
-    f << out;
-    f.flush();
-    return f ? Status::OK() : Status::IOError(plan.dir + "/" + kSourcesTsv + ": cannot write");
+      if (!a.count(k) && !b.count(k)) sources[plan.order[k]].record = next++;
+    return build::WriteSourcesTsv(plan.dir + "/" + kSourcesTsv, sources);
   }
 
  public:

@@ -16,6 +16,7 @@
 #include "kiln/cache_writer.h"
 #include "kiln/manifest.h"
 #include "kiln/verify.h"
+#include "sources_tsv.h"
 
 namespace kiln::build {
 namespace fs = std::filesystem;
@@ -29,7 +30,6 @@ std::string PartDirName(int part, int num_parts) {
 
 namespace {
 
-constexpr const char* kSources = "sources.tsv";
 constexpr const char* kRejectsTsv = "rejects.tsv";
 
 struct Part {
@@ -206,34 +206,28 @@ Status MergeOne(const std::string& out, std::vector<std::string> dirs, bool keep
   if (any_copied) info(out + ": the parts are on another file system: shards were copied");
 
   // sources.tsv: every part lists every source; the one that wrote a record says which.
-  std::vector<std::string> sources;
+  std::vector<RecordedSource> sources;
   bool have_sources = true;
   for (const Part& p : parts) {
-    std::vector<std::string> lines = ReadLines(p.dir + "/" + kSources);
-    if (lines.empty()) {
+    std::vector<RecordedSource> listed;
+    Status s = ReadSourcesTsv(p.dir + "/" + kSourcesTsv, &listed);
+    if (s.IsNotFound()) {
       have_sources = false;
       break;
     }
-    if (sources.empty()) {
-      sources.assign(lines.size(), "");
-      sources[0] = lines[0];
+    KILN_RETURN_IF_ERROR(s);
+    if (&p == &parts[0]) {
+      sources = listed;
+      for (RecordedSource& r : sources) r.record = -1;
     }
-    if (lines.size() != sources.size())
-      return Status::Corruption(p.dir + "/" + kSources + ": lists " +
-                                std::to_string(lines.size() - 1) + " sources, " + parts[0].dir +
-                                " lists " + std::to_string(sources.size() - 1));
-    for (size_t i = 1; i < lines.size(); ++i) {
-      const size_t tab = lines[i].find('\t');
-      const long long record = std::atoll(lines[i].substr(0, tab).c_str());
-      if (sources[i].empty()) sources[i] = "-1" + lines[i].substr(tab);
-      if (record >= 0) sources[i] = std::to_string(record + p.delta) + lines[i].substr(tab);
-    }
+    if (listed.size() != sources.size())
+      return Status::Corruption(p.dir + "/" + kSourcesTsv + ": lists " +
+                                std::to_string(listed.size()) + " sources, " + parts[0].dir +
+                                " lists " + std::to_string(sources.size()));
+    for (size_t i = 0; i < listed.size(); ++i)
+      if (listed[i].record >= 0) sources[i].record = listed[i].record + p.delta;
   }
-  if (have_sources) {
-    std::ofstream f(out + "/" + kSources, std::ios::trunc);
-    for (const auto& l : sources) f << l << "\n";
-    if (!f) return Status::IOError(out + "/" + kSources + ": cannot write");
-  }
+  if (have_sources) KILN_RETURN_IF_ERROR(WriteSourcesTsv(out + "/" + kSourcesTsv, sources));
   {
     std::ofstream f(out + "/" + kRejectsTsv, std::ios::trunc);
     f << "path\treason\n";

@@ -188,7 +188,7 @@ class Verifier {
     VerifyProgress p;
     p.done = std::min(done, m_.count);
     p.total = m_.count;
-    p.bytes = progress_bytes_;
+    p.bytes = rep_->bytes_checked;
     p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
     p.final = final;
     opt_.progress(p);
@@ -235,17 +235,14 @@ class Verifier {
       };
       if (arena) arena->execute(work);
       else work();
-      for (size_t i = begin; i < end; ++i) progress_bytes_ += slots[i].size;
+      for (size_t i = begin; i < end; ++i) rep_->bytes_checked += slots[i].size;
       Report(progress_done_ + end, false);
     }
     XXH3_state_t digest;
     // A stack state must be initialized before reset (xxhash.h: XXH3_INITSTATE).
     XXH3_INITSTATE(&digest);
     XXH3_64bits_reset(&digest);
-    for (const Slot& s : slots) {
-      XXH3_64bits_update(&digest, &s.checksum, sizeof(s.checksum));
-      rep_->bytes_checked += s.size;
-    }
+    for (const Slot& s : slots) XXH3_64bits_update(&digest, &s.checksum, sizeof(s.checksum));
     // A shard with missing or damaged records already has problems; the
     // digest tells about records replaced by other valid ones.
     if (slots.size() == info.count && DigestHex(XXH3_64bits_digest(&digest)) != info.digest)
@@ -266,7 +263,7 @@ class Verifier {
   }
 
   std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
-  uint64_t progress_done_ = 0, progress_bytes_ = 0;
+  uint64_t progress_done_ = 0;  // records of the shards done so far
   std::string dir_;
   VerifyOptions opt_;
   VerifyReport* rep_;

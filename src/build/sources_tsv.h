@@ -1,0 +1,30 @@
+// sources.tsv (internal): every source file of a build with the record it
+// became, -1 when rejected, in another split or in another part
+// (docs/format.md). Written by kiln build, joined by kiln merge, read by
+// verify --level sources/deep.
+#ifndef KILN_SRC_BUILD_SOURCES_TSV_H_
+#define KILN_SRC_BUILD_SOURCES_TSV_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kiln/build/build.h"
+#include "kiln/status.h"
+
+namespace kiln::build {
+
+inline constexpr const char* kSourcesTsv = "sources.tsv";
+
+struct RecordedSource {
+  int64_t record = -1;
+  SourceItem item;
+};
+
+// NotFound when the file is absent; Corruption naming the line otherwise.
+Status ReadSourcesTsv(const std::string& path, std::vector<RecordedSource>* out);
+Status WriteSourcesTsv(const std::string& path, const std::vector<RecordedSource>& sources);
+
+}  // namespace kiln::build
+
+#endif  // KILN_SRC_BUILD_SOURCES_TSV_H_
