@@ -106,9 +106,9 @@ int RunBuild(BuildArgs& a) {
   const bool tty = ::isatty(STDERR_FILENO);
   const std::string mode = a.progress == "auto" ? (tty ? "tty" : "plain") : a.progress;
   double last_plain = -10;
-  auto progress = [&](const std::string& cache, const build::BuildProgress& p) {
+  auto progress = [&](const std::string& cache, const Progress& p) {
     const double rate = p.seconds > 0 ? p.done / p.seconds : 0;
-    const double mbs = p.seconds > 0 ? p.bytes_written / p.seconds / 1e6 : 0;
+    const double mbs = p.seconds > 0 ? p.bytes / p.seconds / 1e6 : 0;
     const double eta = rate > 0 ? (p.total - p.done) / rate : 0;
     if (mode == "json") {
       nlohmann::json j = {{"cache", cache}, {"done", p.done}, {"total", p.total},

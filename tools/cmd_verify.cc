@@ -23,12 +23,12 @@ struct VerifyArgs {
 
 // Progress on stderr (stdout carries the report): a live line on a
 // terminal, a plain line every 10 s otherwise, or JSON objects.
-std::function<void(const VerifyProgress&)> MakeProgress(const std::string& dir,
+std::function<void(const Progress&)> MakeProgress(const std::string& dir,
                                                          const std::string& want) {
   const std::string mode = want == "auto" ? (::isatty(STDERR_FILENO) ? "tty" : "plain") : want;
   if (mode == "none") return {};
   auto last = std::make_shared<double>(-1);
-  return [dir, mode, last](const VerifyProgress& p) {
+  return [dir, mode, last](const Progress& p) {
     const double rate = p.seconds > 0 ? p.done / p.seconds : 0;
     const double eta = rate > 0 ? (p.total - p.done) / rate : 0;
     const double mbs = p.seconds > 0 ? p.bytes / p.seconds / 1e6 : 0;

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/progress.h"
 #include "kiln/status.h"
 
 namespace kiln {
@@ -29,21 +30,13 @@ enum class VerifyLevel { kQuick = 0, kFull = 1, kSources = 2, kDeep = 3 };
 const char* VerifyLevelName(VerifyLevel level);
 Status ParseVerifyLevel(const std::string& name, VerifyLevel* out);
 
-// How far a verification has got: records whose checks are done, of all
-// the manifest lists, and payload bytes checksummed so far.
-struct VerifyProgress {
-  uint64_t done = 0, total = 0;
-  uint64_t bytes = 0;
-  double seconds = 0;
-  bool final = false;
-};
-
 struct VerifyOptions {
   VerifyLevel level = VerifyLevel::kFull;
   int threads = 0;  // worker threads for the checksum pass; 0 = all cores
   // Called from the calling thread after every block of records (and once
-  // with final = true); may print. Empty = no progress.
-  std::function<void(const VerifyProgress&)> progress;
+  // with final = true): records checked of the manifest's count, payload
+  // bytes checksummed. May print. Empty = no progress.
+  std::function<void(const Progress&)> progress;
 };
 
 // One thing found wrong. `index` is -1 when the problem is not one record's.

@@ -480,10 +480,10 @@ class Builder {
     uint64_t written = 0, rejected = 0;
     auto last_report = std::chrono::steady_clock::now();
     auto report = [&](bool final) {
-      BuildProgress bp;
+      Progress bp;
       bp.done = written + rejected + start;
       bp.total = plan.order.size();
-      bp.bytes_written = written * record_bytes_;
+      bp.bytes = written * record_bytes_;
       bp.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       bp.final = final;
       progress_(plan.dir, bp);
@@ -740,7 +740,7 @@ class Builder {
 Status BuildCache(const BuildOptions& options, const ProgressFn& progress, const InfoFn& info,
                   BuildResult* result) {
   *result = BuildResult();
-  ProgressFn p = progress ? progress : [](const std::string&, const BuildProgress&) {};
+  ProgressFn p = progress ? progress : [](const std::string&, const Progress&) {};
   InfoFn i = info ? info : [](const std::string&) {};
   return Builder(options, p, i, result).Run();
 }
@@ -781,7 +781,7 @@ Status VerifyWithSources(const std::string& dir, const VerifyOptions& options, u
 
   const json pre = json::parse(m.preprocessing_json, nullptr, false);
   BuildOptions bo;
-  ProgressFn no_progress = [](const std::string&, const BuildProgress&) {};
+  ProgressFn no_progress = [](const std::string&, const Progress&) {};
   InfoFn no_info = [](const std::string&) {};
   BuildResult unused;
   Builder builder(bo, no_progress, no_info, &unused);

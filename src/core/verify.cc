@@ -185,7 +185,7 @@ class Verifier {
  public:
   void Report(uint64_t done, bool final) {
     if (!opt_.progress) return;
-    VerifyProgress p;
+    Progress p;
     p.done = std::min(done, m_.count);
     p.total = m_.count;
     p.bytes = rep_->bytes_checked;

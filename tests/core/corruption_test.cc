@@ -280,10 +280,10 @@ TEST_CASE("verify reports progress: monotone, per block, ending with a final upd
   // 40 records of 3x128x128 float32 (192 KiB): about 64 MB per progress block = all of them,
   // so use many shards to see several updates.
   WriteTestCache(dir.path(), 40, DType::kFloat32, MakeShape({3, 128, 128}), 10, 2u << 20);
-  std::vector<VerifyProgress> seen;
+  std::vector<Progress> seen;
   VerifyOptions o;
   o.level = VerifyLevel::kFull;
-  o.progress = [&](const VerifyProgress& p) { seen.push_back(p); };
+  o.progress = [&](const Progress& p) { seen.push_back(p); };
   VerifyReport r;
   REQUIRE(VerifyCache(dir.path(), o, &r).ok());
   REQUIRE(r.clean());

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/progress.h"
 #include "kiln/record.h"
 #include "kiln/status.h"
 #include "kiln/verify.h"
@@ -76,13 +77,6 @@ struct BuildOptions {
 // "part-00002-of-00008" (0-based index).
 std::string PartDirName(int part, int num_parts);
 
-struct BuildProgress {
-  uint64_t done = 0, total = 0;
-  uint64_t bytes_written = 0;
-  double seconds = 0;
-  bool final = false;
-};
-
 struct BuildResult {
   uint64_t written = 0;
   uint64_t rejected = 0;
@@ -95,7 +89,8 @@ struct BuildResult {
 };
 
 // Called from the writer thread; may print.
-using ProgressFn = std::function<void(const std::string& cache, const BuildProgress&)>;
+// Progress: sources done of the split's, record bytes written.
+using ProgressFn = std::function<void(const std::string& cache, const Progress&)>;
 using InfoFn = std::function<void(const std::string& line)>;
 
 struct MergeResult {
