@@ -1,4 +1,5 @@
 // kiln build SRC OUT: decode a raw image dataset once into a cache.
+#include <malloc.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -82,7 +83,21 @@ Status ResolveParts(const BuildArgs& a, build::BuildOptions* o) {
   return Status::OK();
 }
 
+// LMDB allocates the dirty pages of every commit with malloc and frees them
+// after it; with glibc's defaults those ~300 KB blocks go back to the kernel
+// and each commit faults 64 MB of fresh zeroed pages in again (340,000 page
+// faults for the 4000-image bench corpus). Keeping freed memory in the heap
+// makes that 90,000 and cuts the build's CPU time by about 15%; the peak
+// stays what the live blocks need (bench/build_bench.sh prints RssAnon).
+void KeepFreedMemoryForReuse() {
+#ifdef M_MMAP_THRESHOLD
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);  // glibc's largest; blocks below it come from the heap
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);   // hand heap tops back only beyond 1 GiB free
+#endif
+}
+
 int RunBuild(BuildArgs& a) {
+  KeepFreedMemoryForReuse();
   build::BuildOptions& o = a.o;
   Status s = ParseDType(a.dtype, &o.dtype);
   if (s.ok()) s = ResolveParts(a, &o);

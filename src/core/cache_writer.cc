@@ -155,7 +155,8 @@ class CacheWriter::Impl {
   Impl(WriterOptions o, std::string dir) : opt_(std::move(o)), dir_(std::move(dir)) {
     record_bytes_ = opt_.shape.NumElements() * DTypeSize(opt_.dtype);
     next_ = opt_.first_index;
-    pending_.reserve(opt_.commit_bytes + kRecordHeaderSize + record_bytes_);
+    // Sized once: the records of one commit, reused for every commit.
+    pending_.resize(PerCommit() * (kRecordHeaderSize + record_bytes_));
   }
   ~Impl() {
     env_.Close();
@@ -286,9 +287,7 @@ class CacheWriter::Impl {
     }
     // The record is kept in pending_ so that a batch killed by MDB_MAP_FULL
     // can be redone after the map grows.
-    const size_t off = pending_.size();
-    pending_.resize(off + kRecordHeaderSize + record_bytes_);
-    uint8_t* h = pending_.data() + off;
+    uint8_t* h = pending_.data() + pending_count_ * (kRecordHeaderSize + record_bytes_);
     std::memcpy(h + kRecordHeaderSize, payload, record_bytes_);
     EncodeRecordHeader(index, opt_.dtype, opt_.shape, label, h + kRecordHeaderSize, h);
     pending_first_ = pending_count_ == 0 ? index : pending_first_;
@@ -334,7 +333,6 @@ class CacheWriter::Impl {
       XXH3_64bits_update(&digest_, &checksum, sizeof(checksum));
     }
     cur_.count += pending_count_;
-    pending_.clear();
     pending_count_ = 0;
     return Status::OK();
   }

@@ -36,6 +36,11 @@ void ResampleRegion(const uint8_t* in, int in_w, int in_h, int channels, double 
                     int out_w, int out_h, int x0, int y0, int region_w, int region_h, uint8_t* dst,
                     size_t dst_stride);
 
+// Makes ResampleRegion use only the portable C++ kernels (true) or the
+// fastest the CPU supports (false, the default); both give the same bytes.
+// For tests and benchmarks.
+void UsePortableKernelsOnly(bool on);
+
 }  // namespace kiln::image::internal
 
 #endif  // KILN_SRC_IMAGE_RESAMPLE_H_
