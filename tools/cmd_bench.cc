@@ -14,14 +14,6 @@
 namespace kiln::tools {
 namespace {
 
-struct BenchArgs {
-  std::string dir;
-  uint64_t batch = 256;
-  int workers = 2;
-  int epochs = 3;
-  std::string device = "cpu";
-};
-
 double Seconds(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -35,10 +27,11 @@ long RssAnonKb() {
 }
 
 int RunBench(const BenchArgs& a) {
+  // Another device needs LibTorch: kiln-train measures the copies there.
   if (a.device != "cpu")
-    return ReportError("bench", Status::NotSupported("--device " + a.device +
-                                                     ": this kiln is built without LibTorch/CUDA; "
-                                                     "only --device cpu is available"));
+    return ExecBeside("kiln-train", {"bench", a.dir, "--batch", std::to_string(a.batch), "--workers",
+                                     std::to_string(a.workers), "--epochs", std::to_string(a.epochs),
+                                     "--device", a.device});
   std::unique_ptr<CacheReader> reader;
   Status s = CacheReader::Open(a.dir, ReaderOptions(), &reader);
   if (!s.ok()) return ReportError("bench", s);
@@ -90,37 +83,12 @@ int RunBench(const BenchArgs& a) {
   }
   // The floor: memcpy of the same records, in epoch 0's order, into a ring
   // of the same size, with the same number of threads.
-  std::vector<uint64_t> order = loader->EpochOrder(0);
-  std::vector<const uint8_t*> src(order.size());
-  {
-    auto txn = reader->BeginRead();
-    for (size_t i = 0; i < order.size(); ++i) {
-      RecordView v;
-      s = txn->Get(order[i], &v);
-      if (!s.ok()) return ReportError("bench", s);
-      src[i] = v.data;
-    }
-    double best_floor = 0;
-    for (int rep = 0; rep < 3; ++rep) {
-      const auto t0 = std::chrono::steady_clock::now();
-      std::vector<std::thread> th;
-      const uint64_t batches = (order.size() + a.batch - 1) / a.batch;
-      for (int w = 0; w < a.workers; ++w)
-        th.emplace_back([&, w] {
-          for (uint64_t b = w; b < batches; b += a.workers) {
-            uint8_t* dst = static_cast<uint8_t*>(buffers[b % k]);
-            const uint64_t end = std::min<uint64_t>(order.size(), (b + 1) * a.batch);
-            for (uint64_t i = b * a.batch; i < end; ++i)
-              std::memcpy(dst + (i - b * a.batch) * sample, src[i], sample);
-          }
-        });
-      for (auto& t : th) t.join();
-      best_floor = std::max(best_floor, order.size() / Seconds(t0));
-    }
-    std::printf("  memcpy floor (same records, same order, %d threads): %.0f samples/s, %.2f GB/s\n",
-                a.workers, best_floor, best_floor * sample / 1e9);
-    std::printf("  loader / floor = %.2f\n", best_loader / best_floor);
-  }
+  double floor = 0;
+  s = MeasureMemcpyFloor(reader.get(), loader->EpochOrder(0), a.batch, a.workers, k, 3, &floor);
+  if (!s.ok()) return ReportError("bench", s);
+  std::printf("  memcpy floor (same records, same order, %d threads): %.0f samples/s, %.2f GB/s\n",
+              a.workers, floor, floor * sample / 1e9);
+  std::printf("  loader / floor = %.2f\n", floor > 0 ? best_loader / floor : 0.0);
   const long rss = RssAnonKb();
   // /proc reports kB = KiB; MB here are 10^6 bytes, as for the ring.
   const double rss_mb = rss * 1024.0 / 1e6;
@@ -134,11 +102,7 @@ int RunBench(const BenchArgs& a) {
 KILN_COMMAND(Command{"bench", "Measure loader throughput against the memcpy floor", 40,
                      [](CLI::App* sub) -> std::function<int()> {
                        auto a = std::make_shared<BenchArgs>();
-                       sub->add_option("CACHE", a->dir, "cache directory")->required();
-                       sub->add_option("--batch", a->batch, "batch size (default 256)");
-                       sub->add_option("--workers", a->workers, "loader threads (default 2)");
-                       sub->add_option("--epochs", a->epochs, "epochs to time (default 3)");
-                       sub->add_option("--device", a->device, "cpu (cuda needs a LibTorch CUDA build)");
+                       AddBenchOptions(sub, a.get());
                        return [a] { return RunBench(*a); };
                      }});
 

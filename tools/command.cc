@@ -1,7 +1,12 @@
 #include "command.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <climits>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 
 namespace kiln::tools {
@@ -38,6 +43,38 @@ bool RegisterSourceVerifier(SourceVerifier fn) {
 
 const SourceVerifier* GetSourceVerifier() {
   return SourceVerifierSlot() ? &SourceVerifierSlot() : nullptr;
+}
+
+int ExecBeside(const std::string& exe, const std::vector<std::string>& args) {
+  char self[PATH_MAX];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  std::string dir = ".";
+  if (n > 0) {
+    self[n] = 0;
+    dir = self;
+    dir = dir.substr(0, dir.rfind('/'));
+  }
+  const std::string path = dir + "/" + exe;
+  std::vector<std::string> owned{exe};
+  owned.insert(owned.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : owned) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  ::execv(path.c_str(), argv.data());
+  std::cerr << "kiln " << (args.empty() ? exe : args[0]) << ": cannot run " << path << " ("
+            << std::strerror(errno) << "); it is built beside kiln when LibTorch is found "
+            << "(cmake -DKILN_WITH_TORCH=ON)\n";
+  return kExitUsage;
+}
+
+void AddBenchOptions(CLI::App* sub, BenchArgs* a) {
+  sub->add_option("CACHE", a->dir, "cache directory")->required();
+  sub->add_option("--batch", a->batch, "batch size (default 256)");
+  sub->add_option("--workers", a->workers, "loader threads (default 2)");
+  sub->add_option("--epochs", a->epochs, "epochs to time (default 3)");
+  sub->add_option("--device", a->device,
+                  "cpu (default), or cuda / cuda:N: the tensor loader onto the GPU, with the "
+                  "pinned host-to-device floor (runs kiln-train)");
 }
 
 int ReportError(const std::string& cmd, const Status& s) {

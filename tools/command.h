@@ -45,6 +45,22 @@ bool RegisterSourceVerifier(SourceVerifier fn);
 const SourceVerifier* GetSourceVerifier();
 std::vector<Command> RegisteredCommands();  // sorted by order
 
+// Replaces this process with the executable `exe` that lives beside kiln
+// (for example kiln-train, the only one that loads LibTorch), with argv
+// `exe args...`. Returns only on failure, with kExitUsage after saying why.
+int ExecBeside(const std::string& exe, const std::vector<std::string>& args);
+
+// The options of `kiln bench` (tools/cmd_bench.cc), which hands devices
+// other than the CPU to `kiln-train bench` (tools/cmd_bench_device.cc).
+struct BenchArgs {
+  std::string dir;
+  uint64_t batch = 256;
+  int workers = 2;
+  int epochs = 3;
+  std::string device = "cpu";
+};
+void AddBenchOptions(CLI::App* sub, BenchArgs* a);
+
 // Prints "kiln <cmd>: <status>" to stderr and returns the exit code for it:
 // bad data (Corruption, Stale) -> 1, everything else -> 2.
 int ReportError(const std::string& cmd, const Status& s);

@@ -46,6 +46,14 @@ step build cmake --build "$b" -j "$(nproc)" &&
 {
   step ctest bash -c "cd '$b' && ctest -j 8 --output-on-failure"
   step cuda-tests "$b/tests/train/kiln_train_tests" "[cuda]"
+  # The loader onto the GPU (side-stream copies) against the memcpy and
+  # pinned host-to-device floors, on a synthetic 3x224x224 float16 cache.
+  rm -rf /tmp/kiln-gpu-cache
+  step synth-cache "$b/tests/kiln_synth_cache" /tmp/kiln-gpu-cache 4000 3 224 224 float16 &&
+  {
+    step bench-cuda "$b/kiln" bench /tmp/kiln-gpu-cache --device cuda --batch 256 --workers 4
+    step bench-cpu "$b/kiln" bench /tmp/kiln-gpu-cache --batch 256 --workers 4
+  }
   step nvidia-smi nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv
 }
 

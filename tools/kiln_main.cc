@@ -1,9 +1,4 @@
 // kiln: build, verify and inspect tensor caches of image datasets.
-#include <unistd.h>
-
-#include <cerrno>
-#include <climits>
-#include <cstring>
 #include <exception>
 #include <iostream>
 #include <string>
@@ -11,33 +6,12 @@
 #include "command.h"
 #include "kiln/manifest.h"
 
-namespace {
-
-// `kiln NAME ...` for a command that lives in its own executable beside
-// this one: replaces this process with it. Returns only on failure.
-int RunExternal(const kiln::tools::Command& c, char** argv) {
-  char self[PATH_MAX];
-  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
-  std::string dir = ".";
-  if (n > 0) {
-    self[n] = 0;
-    dir = self;
-    dir = dir.substr(0, dir.rfind('/'));
-  }
-  const std::string path = dir + "/" + c.external;
-  ::execv(path.c_str(), argv);
-  std::cerr << "kiln " << c.name << ": cannot run " << path << " (" << std::strerror(errno)
-            << "); it is built beside kiln when LibTorch is found (cmake -DKILN_WITH_TORCH=ON)\n";
-  return kiln::tools::kExitUsage;
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
   using namespace kiln::tools;
   if (argc > 1)
     for (const Command& c : RegisteredCommands())
-      if (!c.external.empty() && c.name == argv[1]) return RunExternal(c, argv);
+      if (!c.external.empty() && c.name == argv[1])
+        return ExecBeside(c.external, std::vector<std::string>(argv + 1, argv + argc));
   CLI::App app{"kiln: decode an image dataset once into a verified tensor cache, and train from it"};
   app.set_version_flag("--version", std::string("kiln ") + kiln::KilnVersion());
   app.require_subcommand(1);

@@ -99,6 +99,15 @@ class Loader {
   std::unique_ptr<Impl> impl_;
 };
 
+// The physical floor of a loader, for benchmarks: `threads` threads memcpy
+// the records of `order` from the memory map, batch by batch into a ring of
+// `ring` slots of `batch` records, as a loader's workers would; nothing else.
+// Sets *samples_per_s to the best of `reps` runs. The ring is allocated and
+// faulted in before timing, and freed before returning. Returns the Status
+// of a record that cannot be read.
+Status MeasureMemcpyFloor(const CacheReader* reader, const std::vector<uint64_t>& order,
+                          uint64_t batch, int threads, int ring, int reps, double* samples_per_s);
+
 }  // namespace kiln
 
 #endif  // KILN_LOADER_H_

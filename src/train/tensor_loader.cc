@@ -5,7 +5,39 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 
+#include "device_copy.h"
+
 namespace kiln::train {
+
+namespace internal {
+namespace {
+
+// Blocking copies: .to(device) returns when the copy is done (on the CPU it
+// returns the slot's own tensor, so the batch views the slot, as Next()'s
+// contract allows).
+class SyncCopier final : public DeviceCopier {
+ public:
+  explicit SyncCopier(torch::Device device) : device_(device) {}
+  void Start(int, const torch::Tensor& x, const torch::Tensor& y, const Convert& convert,
+             torch::Tensor* dx, torch::Tensor* dy) override {
+    *dx = convert(x.to(device_, /*non_blocking=*/false));
+    *dy = y.to(device_, /*non_blocking=*/false);
+  }
+  void HandOff(int, torch::Tensor*, torch::Tensor*) override {}
+  void WaitHostRead(int) override {}
+  bool asynchronous() const override { return false; }
+
+ private:
+  torch::Device device_;
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceCopier> MakeSyncCopier(torch::Device device) {
+  return std::make_unique<SyncCopier>(device);
+}
+
+}  // namespace internal
 
 namespace {
 torch::ScalarType CacheScalarType(DType d) {
@@ -19,6 +51,7 @@ torch::ScalarType CacheScalarType(DType d) {
 }  // namespace
 
 TensorLoader::~TensorLoader() {
+  if (held_ >= 0 && copier_) copier_->WaitHostRead(held_);
   loader_.reset();  // join the workers before the slot memory goes
 }
 
@@ -42,6 +75,13 @@ Status TensorLoader::Open(const CacheReader* reader, const TensorLoaderOptions& 
     slots.push_back({t->data_.back().data_ptr(), t->labels_.back().data_ptr<int64_t>()});
   }
   KILN_RETURN_IF_ERROR(Loader::Open(reader, options.loader, std::move(slots), &t->loader_));
+  try {
+    t->copier_ = internal::MakeCudaCopier(options.device, options.slots);
+  } catch (const std::exception& e) {
+    return Status::IOError(std::string("tensor loader: cannot set up copies to ") +
+                           options.device.str() + ": " + e.what());
+  }
+  if (!t->copier_) t->copier_ = internal::MakeSyncCopier(options.device);
   if (m.dtype == DType::kUint8) {
     // Raw pixels: (x/255 - mean) / std on the device, from the manifest.
     const auto pre = nlohmann::json::parse(m.preprocessing_json, nullptr, false);
@@ -62,15 +102,23 @@ Status TensorLoader::Open(const CacheReader* reader, const TensorLoaderOptions& 
   return Status::OK();
 }
 
-Status TensorLoader::StartEpoch(uint64_t epoch, uint64_t start_batch) {
-  if (held_ >= 0) loader_->Release(held_);
+void TensorLoader::ReleaseHeld() {
+  if (held_ < 0) return;
+  // An asynchronous copy may still be reading the slot's host memory.
+  copier_->WaitHostRead(held_);
+  loader_->Release(held_);
   held_ = -1;
+}
+
+Status TensorLoader::StartEpoch(uint64_t epoch, uint64_t start_batch) {
+  ReleaseHeld();
   return loader_->StartEpoch(epoch, start_batch);
 }
 
+bool TensorLoader::asynchronous() const { return copier_->asynchronous(); }
+
 Status TensorLoader::Next(torch::Tensor* inputs, torch::Tensor* labels) {
-  if (held_ >= 0) loader_->Release(held_);
-  held_ = -1;
+  ReleaseHeld();
   Batch b;
   const auto t0 = std::chrono::steady_clock::now();
   Status s = loader_->Next(&b);
@@ -78,21 +126,25 @@ Status TensorLoader::Next(torch::Tensor* inputs, torch::Tensor* labels) {
   if (!s.ok()) return s;
   held_ = b.slot;
   const int64_t n = static_cast<int64_t>(b.size);
-  torch::Tensor x = data_[b.slot].narrow(0, 0, n);
-  torch::Tensor y = labels_[b.slot].narrow(0, 0, n);
-  // A synchronous copy to an accelerator: the slot is then free to refill.
-  // (An asynchronous side-stream copy fenced with events is the next step;
-  // it needs a CUDA LibTorch to build and test.)
-  x = x.to(opt_.device, /*non_blocking=*/false);
-  y = y.to(opt_.device, /*non_blocking=*/false);
-  if (mean_.defined()) {
-    x = x.to(opt_.dtype).div_(255.0).sub_(mean_).div_(std_);
-  } else if (x.scalar_type() != opt_.dtype) {
-    x = x.to(opt_.dtype);
+  const torch::Tensor x = data_[b.slot].narrow(0, 0, n);
+  const torch::Tensor y = labels_[b.slot].narrow(0, 0, n);
+  // Runs on the device, where the copy runs (the side stream on CUDA).
+  const internal::Convert convert = [this](torch::Tensor v) {
+    if (mean_.defined()) {
+      v = v.to(opt_.dtype).div_(255.0).sub_(mean_).div_(std_);
+    } else if (v.scalar_type() != opt_.dtype) {
+      v = v.to(opt_.dtype);
+    }
+    if (opt_.channels_last && v.dim() == 4) v = v.contiguous(torch::MemoryFormat::ChannelsLast);
+    return v;
+  };
+  try {
+    copier_->Start(b.slot, x, y, convert, inputs, labels);
+    copier_->HandOff(b.slot, inputs, labels);
+  } catch (const std::exception& e) {
+    return Status::IOError(std::string("tensor loader: copying a batch to ") + opt_.device.str() +
+                           " failed: " + e.what());
   }
-  if (opt_.channels_last && x.dim() == 4) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
-  *inputs = x;
-  *labels = y;
   return Status::OK();
 }
 

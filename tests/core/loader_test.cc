@@ -278,5 +278,5 @@ TEST_CASE("kiln bench reports the loader against its memcpy floor", "[loader]") 
   REQUIRE(RunCommand(std::string(KILN_BIN) + " bench " + dir.path() + " --batch 16 --epochs 1", &out) == 0);
   CHECK_THAT(out, Catch::Contains("epoch 0:") && Catch::Contains("loader / floor = ") &&
                       Catch::Contains("RssAnon"));
-  CHECK(RunCommand(std::string(KILN_BIN) + " bench " + dir.path() + " --device cuda", &out) == 2);
+  // Other devices are measured by kiln-train (tests/train).
 }

@@ -105,21 +105,101 @@ TEST_CASE("a uint8 cache is normalized with the manifest's mean and std", "[trai
   CHECK_THAT(s.message(), Catch::Contains("mean and std"));
 }
 
-TEST_CASE("batches land on the GPU", "[train][cuda]") {
+// Every batch of two epochs, read back from the device, against the records
+// read one by one; with 2 slots every slot is refilled many times while
+// copies are in flight.
+static void CheckBatchesOn(torch::Device device, bool expect_async) {
+  TempDir dir;
+  WriteTestCache(dir.path(), 300, DType::kFloat16, MakeShape({3, 8, 8}));
+  std::unique_ptr<CacheReader> reader;
+  REQUIRE(CacheReader::Open(dir.path(), ReaderOptions(), &reader).ok());
+  train::TensorLoaderOptions o;
+  o.loader.batch_size = 7;
+  o.loader.seed = 11;
+  o.slots = 2;
+  o.device = device;
+  o.dtype = torch::kFloat16;
+  std::unique_ptr<train::TensorLoader> tl;
+  REQUIRE(train::TensorLoader::Open(reader.get(), o, &tl).ok());
+  CHECK(tl->asynchronous() == expect_async);
+  auto txn = reader->BeginRead();
+  for (int epoch : {0, 1}) {
+    const auto order = tl->loader().EpochOrder(epoch);
+    REQUIRE(tl->StartEpoch(epoch).ok());
+    size_t k = 0;
+    torch::Tensor x, y;
+    std::vector<torch::Tensor> kept_x, kept_y;  // compared after the epoch, when slots were reused
+    while (tl->Next(&x, &y).ok()) {
+      REQUIRE(x.device() == device);
+      REQUIRE(y.device() == device);
+      kept_x.push_back(device.is_cpu() ? x.clone() : x);
+      kept_y.push_back(device.is_cpu() ? y.clone() : y);
+    }
+    for (size_t b = 0; b < kept_x.size(); ++b) {
+      const torch::Tensor hx = kept_x[b].cpu().contiguous(), hy = kept_y[b].cpu();
+      for (int64_t j = 0; j < hx.size(0); ++j, ++k) {
+        RecordView v;
+        REQUIRE(txn->Get(order[k], &v).ok());
+        REQUIRE(std::memcmp(hx[j].data_ptr(), v.data, v.bytes) == 0);
+        REQUIRE(hy[j].item<int64_t>() == v.label);
+      }
+    }
+    CHECK(k == 300);
+  }
+}
+
+TEST_CASE("batches copied to the device equal the records (synchronous copies on the CPU)", "[train]") {
+  CheckBatchesOn(torch::kCPU, false);
+}
+
+TEST_CASE("kiln-train bench measures the tensor loader against its floors", "[train]") {
+  TempDir dir;
+  WriteTestCache(dir.path(), 64, DType::kFloat16, MakeShape({3, 16, 16}));
+  const std::string kiln = KILN_BIN;
+  const std::string train_bin = kiln.substr(0, kiln.rfind('/')) + "/kiln-train";
+  std::string out;
+  REQUIRE(RunCommand(train_bin + " bench " + dir.path() + " --device cpu --batch 16 --epochs 1", &out) == 0);
+  CHECK_THAT(out, Catch::Contains("synchronous copies") && Catch::Contains("epoch 0:") &&
+                      Catch::Contains("memcpy floor") && Catch::Contains("loader / floor = "));
+  CHECK(RunCommand(kiln + " bench " + dir.path() + " --device tpu", &out) == 2);
+  CHECK_THAT(out, Catch::Contains("expected cpu, cuda or cuda:N"));
+  // kiln bench hands other devices to kiln-train.
+  const int rc = RunCommand(kiln + " bench " + dir.path() + " --device cuda --batch 16 --epochs 1", &out);
+  if (torch::cuda::is_available()) {
+    CHECK(rc == 0);
+    CHECK_THAT(out, Catch::Contains("asynchronous side-stream") &&
+                        Catch::Contains("pinned host-to-device floor"));
+  } else {
+    CHECK(rc == 2);
+    CHECK_THAT(out, Catch::Contains("no CUDA device"));
+  }
+}
+
+TEST_CASE("batches land on the GPU through side-stream copies, equal to the records", "[train][cuda]") {
   REQUIRE(torch::cuda::is_available());
+  CheckBatchesOn(torch::Device(torch::kCUDA, 0), true);
+  // A uint8 cache is normalized on the GPU as on the CPU.
   TempDir dir;
   WriteUint8Cache(dir.path(), 64);
   std::unique_ptr<CacheReader> reader;
   REQUIRE(CacheReader::Open(dir.path(), ReaderOptions(), &reader).ok());
   train::TensorLoaderOptions o;
   o.loader.batch_size = 16;
+  o.loader.shuffle = false;
+  std::unique_ptr<train::TensorLoader> cpu, gpu;
+  REQUIRE(train::TensorLoader::Open(reader.get(), o, &cpu).ok());
   o.device = torch::Device(torch::kCUDA, 0);
-  std::unique_ptr<train::TensorLoader> tl;
-  REQUIRE(train::TensorLoader::Open(reader.get(), o, &tl).ok());
-  REQUIRE(tl->StartEpoch(0).ok());
-  torch::Tensor x, y;
-  REQUIRE(tl->Next(&x, &y).ok());
-  CHECK(x.device().is_cuda());
-  CHECK(y.device().is_cuda());
-  CHECK(tl->slot_tensors()[0].is_pinned());
+  REQUIRE(train::TensorLoader::Open(reader.get(), o, &gpu).ok());
+  CHECK(gpu->slot_tensors()[0].is_pinned());
+  REQUIRE(cpu->StartEpoch(0).ok());
+  REQUIRE(gpu->StartEpoch(0).ok());
+  torch::Tensor cx, cy, gx, gy;
+  while (cpu->Next(&cx, &cy).ok()) {
+    REQUIRE(gpu->Next(&gx, &gy).ok());
+    CHECK(gx.device().is_cuda());
+    CHECK(torch::allclose(gx.cpu(), cx, 1e-5, 1e-5));
+    CHECK(torch::equal(gy.cpu(), cy));
+  }
+  CHECK(gpu->Next(&gx, &gy).IsNotFound());
+  CHECK(train::PinnedHostToDeviceBandwidth(torch::Device(torch::kCUDA, 0), 1 << 24, 4) > 0);
 }

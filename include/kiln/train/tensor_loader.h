@@ -5,6 +5,11 @@
 // device in the training dtype: a uint8 cache is converted and normalized
 // there with the manifest's mean/std; a float cache is cast if needed.
 //
+// Copies: on CUDA (with a CUDA LibTorch) a batch goes to the device on a
+// side stream, fenced with events: the caller's current stream waits only
+// for its own batch, and a slot is refilled only after the device has read
+// it. Elsewhere the copy is synchronous.
+//
 // Validity: the tensors returned by Next() may view a slot's memory (on the
 // CPU, when no conversion is needed); they stay valid until the following
 // Next() or StartEpoch() call, which hands the slot back to the workers.
@@ -23,6 +28,10 @@
 #include "kiln/status.h"
 
 namespace kiln::train {
+
+namespace internal {
+class DeviceCopier;
+}
 
 struct TensorLoaderOptions {
   LoaderOptions loader;                      // order, partition, crop/flip, workers
@@ -48,18 +57,28 @@ class TensorLoader {
   // Seconds Next() spent waiting for workers since the last call of this.
   double TakeWaitSeconds();
   Loader& loader() { return *loader_; }
+  // True when batches are copied asynchronously (CUDA side stream).
+  bool asynchronous() const;
   // The slot tensors (for tests: they are allocated once).
   const std::vector<torch::Tensor>& slot_tensors() const { return data_; }
 
  private:
   TensorLoader() = default;
+  void ReleaseHeld();  // hands the slot of the last Next() back to the workers
   TensorLoaderOptions opt_;
   std::vector<torch::Tensor> data_, labels_;
   std::unique_ptr<Loader> loader_;
+  std::unique_ptr<internal::DeviceCopier> copier_;
   torch::Tensor mean_, std_;  // [1, C, 1, 1] on the device; undefined when not normalizing
   int held_ = -1;             // the slot handed out by the last Next()
   double wait_ = 0;
 };
+
+// The host-to-device bandwidth of pinned memory, in bytes/s: `reps` copies
+// of `bytes` bytes to `device`, after one untimed warm-up copy. 0 when `device` is not CUDA or
+// this kiln was built against a LibTorch without CUDA. Throws c10::Error
+// when the CUDA runtime fails.
+double PinnedHostToDeviceBandwidth(torch::Device device, int64_t bytes, int reps);
 
 }  // namespace kiln::train
 

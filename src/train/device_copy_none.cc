@@ -1,0 +1,16 @@
+// MakeCudaCopier for a LibTorch without CUDA: there is no CUDA device to
+// copy to, so TensorLoader uses the synchronous copier.
+#include "device_copy.h"
+#include "kiln/train/tensor_loader.h"
+
+namespace kiln::train::internal {
+
+std::unique_ptr<DeviceCopier> MakeCudaCopier(torch::Device, int) { return nullptr; }
+
+}  // namespace kiln::train::internal
+
+namespace kiln::train {
+
+double PinnedHostToDeviceBandwidth(torch::Device, int64_t, int) { return 0.0; }
+
+}  // namespace kiln::train
