@@ -118,9 +118,11 @@ Status TensorLoader::StartEpoch(uint64_t epoch, uint64_t start_batch) {
 bool TensorLoader::asynchronous() const { return copier_->asynchronous(); }
 
 Status TensorLoader::Next(torch::Tensor* inputs, torch::Tensor* labels) {
+  // Waiting for the device to finish reading the last slot counts as
+  // waiting for data, as does waiting for the workers.
+  const auto t0 = std::chrono::steady_clock::now();
   ReleaseHeld();
   Batch b;
-  const auto t0 = std::chrono::steady_clock::now();
   Status s = loader_->Next(&b);
   wait_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!s.ok()) return s;

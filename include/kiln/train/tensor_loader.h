@@ -54,7 +54,8 @@ class TensorLoader {
   // labels int64 [B]. NotFound at the end of the epoch.
   Status Next(torch::Tensor* inputs, torch::Tensor* labels);
 
-  // Seconds Next() spent waiting for workers since the last call of this.
+  // Seconds Next() spent waiting for data since the last call of this: for
+  // the workers, and on CUDA for the device to finish reading a slot.
   double TakeWaitSeconds();
   Loader& loader() { return *loader_; }
   // True when batches are copied asynchronously (CUDA side stream).
