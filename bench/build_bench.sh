@@ -3,6 +3,7 @@
 # usage: bench/build_bench.sh [N=4000] [--big]
 #   N      corpus size (made once with ../shared/bench/make_dev_corpus.sh, reused)
 #   --big  also measure peak RssAnon of a kiln build over a 10x corpus (slow)
+#   KILN_BENCH_REPS  runs of kiln and of the peer, interleaved, best kept (default 2)
 # env: KILN_SHARED_BENCH (default <repo>/../shared/bench), KILN_BENCH_TMP (default /tmp/kiln-bench),
 #      KILN (default <repo>/build/kiln)
 # A benchmark, not a test: exits 0 whatever the figures, prints PASS/MISS per goal.
@@ -46,15 +47,30 @@ kiln_build() {  # kiln_build SRC OUT LOG -> prints "wall peak_kb written"
   echo "$wall $peak $written $(du -sb "$o" | cut -f1)"
 }
 
-echo "# kiln build ($n images) ..." >&2
-read -r k_wall k_peak k_n k_bytes < <(kiln_build "$src" "$tmp/out-kiln-$n" "$tmp/kiln-build-$n.log")
-rm -rf "$tmp/out-kiln-$n"
+# Each side runs $reps times, interleaved (kiln, peer, kiln, peer, ...), and
+# keeps its best run: the first build after a while pays for fresh page-cache
+# pages (sys time 2.4 s instead of 1.0 s for the same kiln build, seen here),
+# and a build after another's output was deleted gets its pages back.
+reps=${KILN_BENCH_REPS:-2}
+k_wall=0; k_peak=0; k_n=0; k_bytes=0; p_ips=0; p_n=0
+for r in $(seq "$reps"); do
+  echo "# kiln build ($n images), run $r of $reps ..." >&2
+  read -r w pk kn kb < <(kiln_build "$src" "$tmp/out-kiln-$n" "$tmp/kiln-build-$n.log")
+  rm -rf "$tmp/out-kiln-$n"
+  if [ "${kn:-0}" != 0 ] && { [ "$k_n" = 0 ] || awk "BEGIN{exit !($w < $k_wall)}"; }; then
+    k_wall=$w; k_n=$kn; k_bytes=$kb
+  fi
+  [ "${pk:-0}" -gt "$k_peak" ] && k_peak=$pk
 
-echo "# peer pylmdb_cache.py build ..." >&2
-rm -rf "$tmp/out-peer-$n"
-p_line=$("$py" "$shared/peers/pylmdb_cache.py" build "$src" "$tmp/out-peer-$n" 2 2>"$tmp/peer-build-$n.log" | grep pylmdb_build || true)
-rm -rf "$tmp/out-peer-$n"
-p_ips=$(echo "$p_line" | field images_per_s); p_n=$(echo "$p_line" | field images)
+  echo "# peer pylmdb_cache.py build, run $r of $reps ..." >&2
+  rm -rf "$tmp/out-peer-$n"
+  p_line=$("$py" "$shared/peers/pylmdb_cache.py" build "$src" "$tmp/out-peer-$n" 2 2>"$tmp/peer-build-$n.log" | grep pylmdb_build || true)
+  rm -rf "$tmp/out-peer-$n"
+  ips=$(echo "$p_line" | field images_per_s)
+  if [ -n "$ips" ] && awk "BEGIN{exit !($ips > $p_ips)}"; then
+    p_ips=$ips; p_n=$(echo "$p_line" | field images)
+  fi
+done
 
 # Write floor: the cache's bytes written durably (1 MiB writes, fsync) to a
 # fresh file beside it, on one core. On the VMs of this project new
@@ -93,7 +109,7 @@ w_bytes, w_secs = int(a[13]), float(a[14])
 k_ips = k_n / k_wall if k_wall > 0 else 0.0
 floor = 2 * d_core
 mb = k_peak / 1024
-print(f"build_bench: corpus of {n} images, 2 threads/processes, one run")
+print(f"build_bench: corpus of {n} images, 2 threads/processes, best of the interleaved runs of each")
 print(f"| {'what':<44} | {'images':>7} | {'images/s':>9} |")
 print(f"| {'-'*44} | {'-'*7} | {'-'*9} |")
 print(f"| {'kiln build (wall %.2f s)' % k_wall:<44} | {k_n:>7} | {k_ips:>9.1f} |")
