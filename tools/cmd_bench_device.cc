@@ -75,8 +75,11 @@ int RunDeviceBench(const BenchArgs& a) {
     std::printf("  epoch %d: %.0f samples/s, %.2f GB/s onto %s\n", e, seen / t,
                 seen * sample / t / 1e9, device.str().c_str());
   }
+  // Into the loader's own (pinned) slots, which it no longer uses.
+  std::vector<void*> ring;
+  for (const torch::Tensor& t : tl->slot_tensors()) ring.push_back(t.data_ptr());
   double memcpy_floor = 0;
-  s = MeasureMemcpyFloor(reader.get(), tl->loader().EpochOrder(0), a.batch, a.workers, o.slots, 3,
+  s = MeasureMemcpyFloor(reader.get(), tl->loader().EpochOrder(0), a.batch, a.workers, ring, 3,
                          &memcpy_floor);
   if (!s.ok()) return ReportError("bench", s);
   std::printf("  memcpy floor (same records, same order, %d threads): %.0f samples/s, %.2f GB/s\n",
