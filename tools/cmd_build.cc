@@ -85,10 +85,11 @@ Status ResolveParts(const BuildArgs& a, build::BuildOptions* o) {
 
 // LMDB allocates the dirty pages of every commit with malloc and frees them
 // after it; with glibc's defaults those ~300 KB blocks go back to the kernel
-// and each commit faults 64 MB of fresh zeroed pages in again (340,000 page
-// faults for the 4000-image bench corpus). Keeping freed memory in the heap
-// makes that 90,000 and cuts the build's CPU time by about 15%; the peak
-// stays what the live blocks need (bench/build_bench.sh prints RssAnon).
+// and each commit faults its pages, freshly zeroed, in again (340,000 page
+// faults for the 4000-image bench corpus with 64 MB commits). Keeping freed
+// memory in the heap made that 90,000 and cut the build's CPU time by about
+// 15%; the peak stays what the live blocks need (bench/build_bench.sh prints
+// RssAnon).
 void KeepFreedMemoryForReuse() {
 #ifdef M_MMAP_THRESHOLD
   mallopt(M_MMAP_THRESHOLD, 32 << 20);  // glibc's largest; blocks below it come from the heap

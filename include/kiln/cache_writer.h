@@ -37,7 +37,12 @@ struct WriterOptions {
   Shape shape;                      // of every record; REQUIRED (ndim >= 1)
   uint64_t shard_size = 4ull << 30; // record bytes per shard before rollover; default 4 GiB
   uint64_t initial_map_size = 0;    // LMDB map of a new shard; 0 = shard_size + 25% + 64 MiB
-  uint64_t commit_bytes = 64ull << 20;  // commit a transaction after this many record bytes
+  // Commit a transaction after this many record bytes. Small enough that
+  // LMDB's dirty pages stay in the CPU caches between commits, so that the
+  // commit's writev copies from cache, not from memory: 4 MiB instead of
+  // 64 MiB halved the build's sys time (0.5-1.4 s vs 1.7-2.5 s for the
+  // 4000-image bench corpus, interleaved runs).
+  uint64_t commit_bytes = 4ull << 20;
   bool resume = false;              // continue after the committed records already in DIR
   bool sync_commits = false;        // fsync every commit (slower; survives power loss)
   // The global index of the first record (a part of a cache built in parts;
