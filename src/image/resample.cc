@@ -57,7 +57,10 @@ const Kernels& Cpu() {
   return k;
 }
 
-std::atomic<bool> g_portable_only{false};
+// The fastest kernels ResampleRegion may use (KernelLevel); tests lower it.
+std::atomic<int> g_max_level{kKernelsAvx2};
+
+bool Allowed(int level) { return g_max_level.load(std::memory_order_relaxed) >= level; }
 
 // One output pixel of the horizontal pass, C channels.
 template <int C>
@@ -142,13 +145,111 @@ __attribute__((target("avx2"))) void VerticalRowAvx2(const uint8_t* const* rows,
     out[j] = Clip8(acc);
   }
 }
+// AVX2 horizontal pass with 16-bit multiply-adds, 3 or 4 channels, two
+// output pixels per step (one in each 128-bit half), for windows of at most
+// 2 * kPairs taps. A window's bytes are loaded once and shuffled into int16
+// pairs (tap 2p, tap 2p+1) per channel, so one vpmaddwd does two taps of
+// every channel. The 22-bit weights do not fit int16, so each is split as
+// k = kh * 2^11 + kl (both < 2^11 + 1; the weights are never negative):
+// acc = half + (sum px*kh) * 2^11 + sum px*kl, the same integer as the
+// portable sum, so the bytes are the same. `w` comes from MaddWeights.
+// Pixels whose window would read past the row take the portable path.
+template <int C, int kPairs>
+__attribute__((target("avx2"))) void HorizontalRowMaddAvx2(const uint8_t* src, int in_w,
+                                                           const AxisTaps& taps, const int16_t* w,
+                                                           int n, uint8_t* dst) {
+  static_assert(C == 3 || C == 4, "pixels of 3 or 4 bytes");
+  static_assert(kPairs == 2 || kPairs == 3, "4 or 6 taps");
+  // Bytes read from a window's start: 16, and 16 more at tap 4 for 6 taps.
+  constexpr size_t kReach = kPairs == 2 ? 16 : 4 * C + 16;
+  const size_t row_bytes = static_cast<size_t>(in_w) * C;
+  // int16 lane c of a 64-bit group = (byte of tap t, channel c; tap t+1):
+  // taps 0,1 from the low 8 bytes, taps 2,3 from the next, zero-extended.
+  alignas(32) int8_t control[2][32];
+  for (int pair = 0; pair < 2; ++pair)
+    for (int lane = 0; lane < 2; ++lane)
+      for (int c = 0; c < 4; ++c) {
+        int8_t* q = &control[pair][lane * 16 + c * 4];
+        const int t = pair * 2;
+        const bool real = c < C;
+        q[0] = real ? static_cast<int8_t>(t * C + c) : int8_t(-128);
+        q[1] = int8_t(-128);
+        q[2] = real ? static_cast<int8_t>((t + 1) * C + c) : int8_t(-128);
+        q[3] = int8_t(-128);
+      }
+  const __m256i taps01 = _mm256_load_si256(reinterpret_cast<const __m256i*>(control[0]));
+  const __m256i taps23 = _mm256_load_si256(reinterpret_cast<const __m256i*>(control[1]));
+  const __m256i half = _mm256_set1_epi32(kHalf);
+  constexpr int kBlock = kPairs * 2 * 16;  // int16 weights per pair of output pixels
+  int ox = 0;
+  for (; ox + 1 < n; ox += 2) {
+    const size_t fa = static_cast<size_t>(taps.first[ox]) * C;
+    const size_t fb = static_cast<size_t>(taps.first[ox + 1]) * C;
+    if (fa + kReach > row_bytes || fb + kReach > row_bytes) {
+      HorizontalPixel<C>(src, taps, ox, dst);
+      HorizontalPixel<C>(src, taps, ox + 1, dst);
+      continue;
+    }
+    const int16_t* pw = w + static_cast<size_t>(ox / 2) * kBlock;
+#define KILN_WV(i) _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pw + (i) * 16))
+    const __m256i px = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + fa))),
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + fb)), 1);
+    const __m256i v0 = _mm256_shuffle_epi8(px, taps01);
+    const __m256i v1 = _mm256_shuffle_epi8(px, taps23);
+    __m256i hi = _mm256_add_epi32(_mm256_madd_epi16(v0, KILN_WV(0)), _mm256_madd_epi16(v1, KILN_WV(2)));
+    __m256i lo = _mm256_add_epi32(_mm256_madd_epi16(v0, KILN_WV(1)), _mm256_madd_epi16(v1, KILN_WV(3)));
+    if (kPairs == 3) {
+      const __m256i px4 = _mm256_inserti128_si256(
+          _mm256_castsi128_si256(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + fa + 4 * C))),
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + fb + 4 * C)), 1);
+      const __m256i v2 = _mm256_shuffle_epi8(px4, taps01);
+      hi = _mm256_add_epi32(hi, _mm256_madd_epi16(v2, KILN_WV(4)));
+      lo = _mm256_add_epi32(lo, _mm256_madd_epi16(v2, KILN_WV(5)));
+    }
+#undef KILN_WV
+    const __m256i acc = _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(hi, 11), lo), half);
+    // >> 22, then saturate to int16 and to uint8: Clip8 on each lane.
+    const __m256i v = _mm256_srai_epi32(acc, kPrecisionBits);
+    const __m128i w16 = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    const __m128i b8 = _mm_packus_epi16(w16, _mm_setzero_si128());
+    const int32_t out_a = _mm_cvtsi128_si32(b8), out_b = _mm_extract_epi32(b8, 1);
+    std::memcpy(dst + static_cast<size_t>(ox) * C, &out_a, C);
+    std::memcpy(dst + static_cast<size_t>(ox + 1) * C, &out_b, C);
+  }
+  for (; ox < n; ++ox) HorizontalPixel<C>(src, taps, ox, dst);
+}
+
+// The weights of HorizontalRowMaddAvx2 for `pairs` tap pairs: per pair of
+// output pixels (A, B) and tap pair p, a block of kh then a block of kl,
+// each 16 int16: A's (k[2p], k[2p+1]) for each of C channels (zeros for a
+// missing fourth), then B's. Taps past a pixel's count weigh 0.
+std::vector<int16_t> MaddWeights(const AxisTaps& taps, int n, int channels, int pairs) {
+  std::vector<int16_t> w(static_cast<size_t>((n + 1) / 2) * pairs * 2 * 16, 0);
+  for (int ox = 0; ox < n; ++ox) {
+    auto k = [&](int t) -> int32_t {
+      return t < taps.count[ox] ? taps.weights[static_cast<size_t>(ox) * taps.ksize + t] : 0;
+    };
+    for (int p = 0; p < pairs; ++p)
+      for (int part = 0; part < 2; ++part) {  // 0: kh = k >> 11, 1: kl = k & 2047
+        int16_t* q = &w[((static_cast<size_t>(ox / 2) * pairs + p) * 2 + part) * 16 + (ox % 2) * 8];
+        for (int c = 0; c < channels; ++c)
+          for (int j = 0; j < 2; ++j) {
+            const int32_t v = k(2 * p + j);
+            q[c * 2 + j] = static_cast<int16_t>(part == 0 ? v >> 11 : v & 2047);
+          }
+      }
+  }
+  return w;
+}
 #endif
 
 using RowFn = void (*)(const uint8_t*, int, const AxisTaps&, int, uint8_t*);
 
 RowFn HorizontalKernel(int channels) {
 #ifdef KILN_RESAMPLE_X86
-  if (Cpu().sse41 && !g_portable_only.load(std::memory_order_relaxed)) {
+  if (Cpu().sse41 && Allowed(kKernelsSse41)) {
     if (channels == 3) return HorizontalRowSse41<3>;
     if (channels == 4) return HorizontalRowSse41<4>;
   }
@@ -165,6 +266,22 @@ void HorizontalPass(const uint8_t* in, int in_w, int channels, int row_begin, in
                     const AxisTaps& taps, int n, uint8_t* out) {
   const size_t in_stride = static_cast<size_t>(in_w) * channels;
   const size_t out_stride = static_cast<size_t>(n) * channels;
+#ifdef KILN_RESAMPLE_X86
+  const int max_count = taps.count.empty() ? 0 : *std::max_element(taps.count.begin(), taps.count.end());
+  if (Cpu().avx2 && Allowed(kKernelsAvx2) && (channels == 3 || channels == 4) && max_count <= 6) {
+    const int pairs = max_count <= 4 ? 2 : 3;
+    const std::vector<int16_t> w = MaddWeights(taps, n, channels, pairs);
+    for (int y = row_begin; y < row_end; ++y) {
+      const uint8_t* src = in + y * in_stride;
+      uint8_t* dst = out + (y - row_begin) * out_stride;
+      if (channels == 3 && pairs == 2) HorizontalRowMaddAvx2<3, 2>(src, in_w, taps, w.data(), n, dst);
+      else if (channels == 3) HorizontalRowMaddAvx2<3, 3>(src, in_w, taps, w.data(), n, dst);
+      else if (pairs == 2) HorizontalRowMaddAvx2<4, 2>(src, in_w, taps, w.data(), n, dst);
+      else HorizontalRowMaddAvx2<4, 3>(src, in_w, taps, w.data(), n, dst);
+    }
+    return;
+  }
+#endif
   const RowFn row = HorizontalKernel(channels);
   for (int y = row_begin; y < row_end; ++y) {
     row(in + y * in_stride, in_w, taps, n, out + (y - row_begin) * out_stride);
@@ -251,7 +368,7 @@ void ResampleRegion(const uint8_t* in, int in_w, int in_h, int channels, double 
   }
   // Vertical pass.
 #ifdef KILN_RESAMPLE_X86
-  if (Cpu().avx2 && !g_portable_only.load(std::memory_order_relaxed)) {
+  if (Cpu().avx2 && Allowed(kKernelsAvx2)) {
     std::vector<const uint8_t*> rows(vtaps.ksize);
     for (int y = 0; y < region_h; ++y) {
       for (int i = 0; i < vtaps.count[y]; ++i)
@@ -278,6 +395,8 @@ void ResampleRegion(const uint8_t* in, int in_w, int in_h, int channels, double 
 }
 
 
-void UsePortableKernelsOnly(bool on) { g_portable_only.store(on); }
+void UsePortableKernelsOnly(bool on) { UseKernelsUpTo(on ? kKernelsPortable : kKernelsAvx2); }
+
+void UseKernelsUpTo(KernelLevel level) { g_max_level.store(level); }
 
 }  // namespace kiln::image::internal

@@ -36,9 +36,12 @@ void ResampleRegion(const uint8_t* in, int in_w, int in_h, int channels, double 
                     int out_w, int out_h, int x0, int y0, int region_w, int region_h, uint8_t* dst,
                     size_t dst_stride);
 
-// Makes ResampleRegion use only the portable C++ kernels (true) or the
-// fastest the CPU supports (false, the default); both give the same bytes.
-// For tests and benchmarks.
+// The kernels ResampleRegion may use, each level including those below it;
+// every level gives the same bytes. The default is the fastest the CPU
+// supports. For tests and benchmarks.
+enum KernelLevel { kKernelsPortable = 0, kKernelsSse41 = 1, kKernelsAvx2 = 2 };
+void UseKernelsUpTo(KernelLevel level);
+// UseKernelsUpTo(on ? kKernelsPortable : kKernelsAvx2).
 void UsePortableKernelsOnly(bool on);
 
 }  // namespace kiln::image::internal

@@ -12,15 +12,29 @@ namespace {
 
 std::vector<uint8_t> Run(const std::vector<uint8_t>& in, int in_w, int in_h, int c, double box_w,
                          double box_h, int out_w, int out_h, int x0, int y0, int rw, int rh,
-                         bool portable) {
-  UsePortableKernelsOnly(portable);
+                         KernelLevel level) {
+  UseKernelsUpTo(level);
   // One guard byte after each output row: nothing may be written there.
   const size_t stride = static_cast<size_t>(rw) * c + 1;
   std::vector<uint8_t> out(stride * rh, 0xA5);
   ResampleRegion(in.data(), in_w, in_h, c, box_w, box_h, out_w, out_h, x0, y0, rw, rh, out.data(),
                  stride);
-  UsePortableKernelsOnly(false);
+  UseKernelsUpTo(kKernelsAvx2);
   return out;
+}
+
+// Every kernel level against the portable one, with the guard bytes intact.
+void CompareLevels(const std::vector<uint8_t>& in, int in_w, int in_h, int c, double box_w,
+                   double box_h, int out_w, int out_h, int x0, int y0, int rw, int rh) {
+  const auto portable = Run(in, in_w, in_h, c, box_w, box_h, out_w, out_h, x0, y0, rw, rh, kKernelsPortable);
+  for (KernelLevel level : {kKernelsSse41, kKernelsAvx2}) {
+    const auto fast = Run(in, in_w, in_h, c, box_w, box_h, out_w, out_h, x0, y0, rw, rh, level);
+    INFO("kernel level " << level << ": " << in_w << "x" << in_h << "x" << c << " box " << box_w
+                         << "x" << box_h << " -> " << out_w << "x" << out_h << " region " << rw
+                         << "x" << rh << " at " << x0 << "," << y0);
+    REQUIRE(fast == portable);
+    for (int y = 0; y < rh; ++y) REQUIRE(fast[(y + 1) * (static_cast<size_t>(rw) * c + 1) - 1] == 0xA5);
+  }
 }
 
 TEST_CASE("SIMD and portable resampling give the same bytes", "[transform][resample]") {
@@ -42,16 +56,30 @@ TEST_CASE("SIMD and portable resampling give the same bytes", "[transform][resam
     std::vector<uint8_t> in(static_cast<size_t>(in_w) * in_h * c);
     // Extremes as well as noise, so that saturation is exercised.
     for (auto& v : in) v = trial % 5 == 0 ? (uni(0, 1) ? 255 : 0) : static_cast<uint8_t>(uni(0, 255));
-    const auto fast = Run(in, in_w, in_h, c, box_w, box_h, out_w, out_h, x0, y0, rw, rh, false);
-    const auto portable = Run(in, in_w, in_h, c, box_w, box_h, out_w, out_h, x0, y0, rw, rh, true);
-    INFO("trial " << trial << ": " << in_w << "x" << in_h << "x" << c << " box " << box_w << "x"
-                  << box_h << " -> " << out_w << "x" << out_h << " region " << rw << "x" << rh
-                  << " at " << x0 << "," << y0);
-    REQUIRE(fast == portable);
-    for (int y = 0; y < rh; ++y) REQUIRE(fast[(y + 1) * (static_cast<size_t>(rw) * c + 1) - 1] == 0xA5);
+    INFO("trial " << trial);
+    CompareLevels(in, in_w, in_h, c, box_w, box_h, out_w, out_h, x0, y0, rw, rh);
     ++compared;
   }
   CHECK(compared == 300);
+}
+
+TEST_CASE("SIMD resampling at the build's scales (windows of 2 to 7 taps) gives the portable bytes",
+          "[transform][resample]") {
+  // Shorter sides of 256-700 resized to 256 and center-cropped, as kiln build
+  // does with --resize 256 --crop 224: downscales of 1 to 2.7, 3 and 4 channels.
+  std::mt19937 rng(11);
+  auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  for (int trial = 0; trial < 120; ++trial) {
+    const int c = uni(3, 4);
+    const int in_w = uni(256, 700), in_h = uni(100, 160);
+    const int out_w = 256, out_h = uni(60, in_h);
+    const int rw = uni(1, 224), rh = uni(1, out_h);
+    const int x0 = uni(0, out_w - rw), y0 = uni(0, out_h - rh);
+    std::vector<uint8_t> in(static_cast<size_t>(in_w) * in_h * c);
+    for (auto& v : in) v = trial % 7 == 0 ? (uni(0, 1) ? 255 : 0) : static_cast<uint8_t>(uni(0, 255));
+    INFO("trial " << trial);
+    CompareLevels(in, in_w, in_h, c, in_w, in_h, out_w, out_h, x0, y0, rw, rh);
+  }
 }
 
 }  // namespace
