@@ -14,10 +14,13 @@
 namespace kiln::tools {
 namespace {
 
-torch::ScalarType TrainingType(DType d) {
-  // Float caches are delivered as stored; a uint8 cache is normalized to
-  // float16 on the device, as kiln train would with mixed precision.
-  return d == DType::kFloat32 ? torch::kFloat32 : torch::kFloat16;
+torch::ScalarType TrainingType(DType d, const torch::Device& device) {
+  // Float caches are delivered as stored; a uint8 cache is normalized on the
+  // device, to float16 on a GPU as kiln train does with mixed precision, to
+  // float32 on the CPU (where float16 arithmetic is slow).
+  if (d == DType::kFloat32) return torch::kFloat32;
+  if (d == DType::kFloat16) return torch::kFloat16;
+  return device.is_cuda() ? torch::kFloat16 : torch::kFloat32;
 }
 
 int RunDeviceBench(const BenchArgs& a) {
@@ -43,7 +46,7 @@ int RunDeviceBench(const BenchArgs& a) {
   o.loader.seed = 1;
   o.slots = a.workers + 2;
   o.device = device;
-  o.dtype = TrainingType(reader->manifest().dtype);
+  o.dtype = TrainingType(reader->manifest().dtype, device);
   std::unique_ptr<train::TensorLoader> tl;
   s = train::TensorLoader::Open(reader.get(), o, &tl);
   if (!s.ok()) return ReportError("bench", s);
