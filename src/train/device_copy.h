@@ -46,6 +46,12 @@ std::unique_ptr<DeviceCopier> MakeSyncCopier(torch::Device device);
 // CUDA (device_copy_none.cc).
 std::unique_ptr<DeviceCopier> MakeCudaCopier(torch::Device device, int slots);
 
+// For tests: when set, TensorLoader::Open makes its copier with `factory`
+// instead (an asynchronous stand-in on the CPU checks the hand-back
+// protocol without a GPU); an empty function restores the default.
+using CopierFactory = std::function<std::unique_ptr<DeviceCopier>(torch::Device device, int slots)>;
+void SetCopierFactoryForTesting(CopierFactory factory);
+
 }  // namespace kiln::train::internal
 
 #endif  // KILN_SRC_TRAIN_DEVICE_COPY_H_

@@ -37,6 +37,25 @@ std::unique_ptr<DeviceCopier> MakeSyncCopier(torch::Device device) {
   return std::make_unique<SyncCopier>(device);
 }
 
+namespace {
+CopierFactory& TestFactory() {
+  static CopierFactory factory;
+  return factory;
+}
+}  // namespace
+
+void SetCopierFactoryForTesting(CopierFactory factory) { TestFactory() = std::move(factory); }
+
+namespace {
+// The copier for `device`: side-stream copies on CUDA where this LibTorch
+// has CUDA, blocking copies otherwise (or the test's stand-in).
+std::unique_ptr<DeviceCopier> MakeCopier(torch::Device device, int slots) {
+  if (TestFactory()) return TestFactory()(device, slots);
+  std::unique_ptr<DeviceCopier> c = MakeCudaCopier(device, slots);
+  return c ? std::move(c) : MakeSyncCopier(device);
+}
+}  // namespace
+
 }  // namespace internal
 
 namespace {
@@ -76,12 +95,11 @@ Status TensorLoader::Open(const CacheReader* reader, const TensorLoaderOptions& 
   }
   KILN_RETURN_IF_ERROR(Loader::Open(reader, options.loader, std::move(slots), &t->loader_));
   try {
-    t->copier_ = internal::MakeCudaCopier(options.device, options.slots);
+    t->copier_ = internal::MakeCopier(options.device, options.slots);
   } catch (const std::exception& e) {
     return Status::IOError(std::string("tensor loader: cannot set up copies to ") +
                            options.device.str() + ": " + e.what());
   }
-  if (!t->copier_) t->copier_ = internal::MakeSyncCopier(options.device);
   if (m.dtype == DType::kUint8) {
     // Raw pixels: (x/255 - mean) / std on the device, from the manifest.
     const auto pre = nlohmann::json::parse(m.preprocessing_json, nullptr, false);

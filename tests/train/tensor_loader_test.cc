@@ -1,7 +1,12 @@
 #include <torch/cuda.h>
 
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
 
+#include "device_copy.h"
 #include "kiln/cache_writer.h"
 #include "kiln/train/tensor_loader.h"
 // LibTorch brings glog, whose CHECK would replace Catch's.
@@ -172,6 +177,121 @@ TEST_CASE("kiln-train bench measures the tensor loader against its floors", "[tr
   } else {
     CHECK(rc == 2);
     CHECK_THAT(out, Catch::Contains("no CUDA device"));
+  }
+}
+
+namespace {
+// An asynchronous stand-in for the CUDA copier, on the CPU: Start() queues
+// the copy and returns tensors that a thread of its own fills later, after
+// a delay, as a side stream would; HandOff() does not wait (a stream wait
+// blocks no host thread); WaitHostRead() blocks until the slot's queued
+// copies have read it; Sync() waits for all (the consumer's synchronize).
+// It does not convert: use it with the cache's own dtype.
+class DelayedCopier final : public train::internal::DeviceCopier {
+ public:
+  explicit DelayedCopier(int slots) : queued_(slots, 0), done_(slots, 0), thread_([this] { Run(); }) {}
+  ~DelayedCopier() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void Start(int slot, const torch::Tensor& x, const torch::Tensor& y, const train::internal::Convert&,
+             torch::Tensor* dx, torch::Tensor* dy) override {
+    *dx = torch::empty_like(x);
+    *dy = torch::empty_like(y);
+    std::lock_guard<std::mutex> lock(mu_);
+    jobs_.push_back({slot, x, y, *dx, *dy});
+    ++queued_[slot];
+    cv_.notify_all();
+  }
+  void HandOff(int, torch::Tensor*, torch::Tensor*) override {}
+  void WaitHostRead(int slot) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return done_[slot] == queued_[slot]; });
+  }
+  bool asynchronous() const override { return true; }
+  void Sync() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return jobs_.empty() && !busy_; });
+  }
+
+ private:
+  struct Job {
+    int slot;
+    torch::Tensor x, y, dx, dy;
+  };
+  void Run() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;
+      Job job = jobs_.front();
+      jobs_.pop_front();
+      busy_ = true;
+      lock.unlock();
+      std::this_thread::sleep_for(std::chrono::microseconds(500));  // the copy is late
+      job.dx.copy_(job.x);
+      job.dy.copy_(job.y);
+      lock.lock();
+      busy_ = false;
+      ++done_[job.slot];
+      cv_.notify_all();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Job> jobs_;
+  std::vector<int> queued_, done_;
+  bool busy_ = false, stop_ = false;
+  std::thread thread_;
+};
+}  // namespace
+
+TEST_CASE("with asynchronous copies a slot is refilled only after the copy has read it", "[train]") {
+  TempDir dir;
+  WriteTestCache(dir.path(), 300, DType::kFloat16, MakeShape({3, 8, 8}));
+  std::unique_ptr<CacheReader> reader;
+  REQUIRE(CacheReader::Open(dir.path(), ReaderOptions(), &reader).ok());
+  DelayedCopier* copier = nullptr;
+  train::internal::SetCopierFactoryForTesting([&](torch::Device, int slots) {
+    auto c = std::make_unique<DelayedCopier>(slots);
+    copier = c.get();
+    return c;
+  });
+  train::TensorLoaderOptions o;
+  o.loader.batch_size = 7;
+  o.loader.seed = 5;
+  o.slots = 2;
+  o.dtype = torch::kFloat16;
+  std::unique_ptr<train::TensorLoader> tl;
+  const Status opened = train::TensorLoader::Open(reader.get(), o, &tl);
+  train::internal::SetCopierFactoryForTesting(nullptr);
+  REQUIRE(opened.ok());
+  REQUIRE(copier != nullptr);
+  CHECK(tl->asynchronous());
+  auto txn = reader->BeginRead();
+  for (int epoch : {0, 1}) {
+    const auto order = tl->loader().EpochOrder(epoch);
+    REQUIRE(tl->StartEpoch(epoch).ok());
+    std::vector<torch::Tensor> xs, ys;
+    torch::Tensor x, y;
+    while (tl->Next(&x, &y).ok()) {
+      xs.push_back(x);  // not yet filled: the copy is queued
+      ys.push_back(y);
+    }
+    copier->Sync();
+    size_t k = 0;
+    for (size_t b = 0; b < xs.size(); ++b)
+      for (int64_t j = 0; j < xs[b].size(0); ++j, ++k) {
+        RecordView v;
+        REQUIRE(txn->Get(order[k], &v).ok());
+        REQUIRE(std::memcmp(xs[b][j].contiguous().data_ptr(), v.data, v.bytes) == 0);
+        REQUIRE(ys[b][j].item<int64_t>() == v.label);
+      }
+    CHECK(k == 300);
   }
 }
 
