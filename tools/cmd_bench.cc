@@ -29,7 +29,7 @@ long RssAnonKb() {
 int RunBench(const BenchArgs& a) {
   // Another device needs LibTorch: kiln-train measures the copies there.
   if (a.device != "cpu")
-    return ExecBeside("kiln-train", {"bench", a.dir, "--batch", std::to_string(a.batch), "--workers",
+    return ExecBeside("kiln-train", {"kiln", "bench", a.dir, "--batch", std::to_string(a.batch), "--workers",
                                      std::to_string(a.workers), "--epochs", std::to_string(a.epochs),
                                      "--device", a.device});
   std::unique_ptr<CacheReader> reader;

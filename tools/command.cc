@@ -45,7 +45,7 @@ const SourceVerifier* GetSourceVerifier() {
   return SourceVerifierSlot() ? &SourceVerifierSlot() : nullptr;
 }
 
-int ExecBeside(const std::string& exe, const std::vector<std::string>& args) {
+int ExecBeside(const std::string& exe, std::vector<std::string> argv) {
   char self[PATH_MAX];
   const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
   std::string dir = ".";
@@ -55,13 +55,11 @@ int ExecBeside(const std::string& exe, const std::vector<std::string>& args) {
     dir = dir.substr(0, dir.rfind('/'));
   }
   const std::string path = dir + "/" + exe;
-  std::vector<std::string> owned{exe};
-  owned.insert(owned.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& a : owned) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  ::execv(path.c_str(), argv.data());
-  std::cerr << "kiln " << (args.empty() ? exe : args[0]) << ": cannot run " << path << " ("
+  std::vector<char*> args;
+  for (std::string& a : argv) args.push_back(a.data());
+  args.push_back(nullptr);
+  ::execv(path.c_str(), args.data());
+  std::cerr << "kiln " << (argv.size() > 1 ? argv[1] : exe) << ": cannot run " << path << " ("
             << std::strerror(errno) << "); it is built beside kiln when LibTorch is found "
             << "(cmake -DKILN_WITH_TORCH=ON)\n";
   return kExitUsage;

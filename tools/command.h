@@ -46,9 +46,11 @@ const SourceVerifier* GetSourceVerifier();
 std::vector<Command> RegisteredCommands();  // sorted by order
 
 // Replaces this process with the executable `exe` that lives beside kiln
-// (for example kiln-train, the only one that loads LibTorch), with argv
-// `exe args...`. Returns only on failure, with kExitUsage after saying why.
-int ExecBeside(const std::string& exe, const std::vector<std::string>& args);
+// (for example kiln-train, the only one that loads LibTorch), with `argv`
+// as its argv: argv[0] is kiln's own, so that help and errors name the
+// command the user typed, and argv[1] the subcommand. Returns only on
+// failure, with kExitUsage after saying why.
+int ExecBeside(const std::string& exe, std::vector<std::string> argv);
 
 // The options of `kiln bench` (tools/cmd_bench.cc), which hands devices
 // other than the CPU to `kiln-train bench` (tools/cmd_bench_device.cc).

@@ -11,7 +11,7 @@ int main(int argc, char** argv) {
   if (argc > 1)
     for (const Command& c : RegisteredCommands())
       if (!c.external.empty() && c.name == argv[1])
-        return ExecBeside(c.external, std::vector<std::string>(argv + 1, argv + argc));
+        return ExecBeside(c.external, std::vector<std::string>(argv, argv + argc));
   CLI::App app{"kiln: decode an image dataset once into a verified tensor cache, and train from it"};
   app.set_version_flag("--version", std::string("kiln ") + kiln::KilnVersion());
   app.require_subcommand(1);
