@@ -29,9 +29,9 @@ long RssAnonKb() {
 int RunBench(const BenchArgs& a) {
   // Another device needs LibTorch: kiln-train measures the copies there.
   if (a.device != "cpu")
-    return ExecBeside("kiln-train", {"kiln", "bench", a.dir, "--batch", std::to_string(a.batch), "--workers",
-                                     std::to_string(a.workers), "--epochs", std::to_string(a.epochs),
-                                     "--device", a.device});
+    return ExecBeside("kiln-train", {"kiln", "bench", a.dir, "--batch", std::to_string(a.batch),
+                                     "--workers", std::to_string(a.workers), "--epochs",
+                                     std::to_string(a.epochs), "--device", a.device});
   std::unique_ptr<CacheReader> reader;
   Status s = CacheReader::Open(a.dir, ReaderOptions(), &reader);
   if (!s.ok()) return ReportError("bench", s);
@@ -84,7 +84,8 @@ int RunBench(const BenchArgs& a) {
   // The floor: memcpy of the same records, in epoch 0's order, into a ring
   // of the same size, with the same number of threads.
   double floor = 0;
-  s = MeasureMemcpyFloor(reader.get(), loader->EpochOrder(0), a.batch, a.workers, buffers, 3, &floor);
+  s = MeasureMemcpyFloor(reader.get(), loader->EpochOrder(0), a.batch, a.workers, buffers, 3,
+                         &floor);
   if (!s.ok()) return ReportError("bench", s);
   std::printf("  memcpy floor (same records, same order, %d threads): %.0f samples/s, %.2f GB/s\n",
               a.workers, floor, floor * sample / 1e9);

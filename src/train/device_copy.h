@@ -38,12 +38,9 @@ class DeviceCopier {
   virtual bool asynchronous() const = 0;
 };
 
-// Blocking copies (.to(device) with a fresh result): any device.
-std::unique_ptr<DeviceCopier> MakeSyncCopier(torch::Device device);
-
 // Side-stream copies with events for `slots` host slots, or nullptr when
 // `device` is not CUDA or this kiln was built against a LibTorch without
-// CUDA (device_copy_none.cc).
+// CUDA (device_copy_none.cc); TensorLoader then copies synchronously.
 std::unique_ptr<DeviceCopier> MakeCudaCopier(torch::Device device, int slots);
 
 // For tests: when set, TensorLoader::Open makes its copier with `factory`

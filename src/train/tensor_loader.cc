@@ -31,30 +31,23 @@ class SyncCopier final : public DeviceCopier {
   torch::Device device_;
 };
 
-}  // namespace
-
-std::unique_ptr<DeviceCopier> MakeSyncCopier(torch::Device device) {
-  return std::make_unique<SyncCopier>(device);
-}
-
-namespace {
 CopierFactory& TestFactory() {
   static CopierFactory factory;
   return factory;
 }
-}  // namespace
 
-void SetCopierFactoryForTesting(CopierFactory factory) { TestFactory() = std::move(factory); }
-
-namespace {
 // The copier for `device`: side-stream copies on CUDA where this LibTorch
 // has CUDA, blocking copies otherwise (or the test's stand-in).
 std::unique_ptr<DeviceCopier> MakeCopier(torch::Device device, int slots) {
   if (TestFactory()) return TestFactory()(device, slots);
   std::unique_ptr<DeviceCopier> c = MakeCudaCopier(device, slots);
-  return c ? std::move(c) : MakeSyncCopier(device);
+  if (c) return c;
+  return std::make_unique<SyncCopier>(device);
 }
+
 }  // namespace
+
+void SetCopierFactoryForTesting(CopierFactory factory) { TestFactory() = std::move(factory); }
 
 }  // namespace internal
 

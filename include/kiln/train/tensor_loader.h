@@ -76,9 +76,9 @@ class TensorLoader {
 };
 
 // The host-to-device bandwidth of pinned memory, in bytes/s: `reps` copies
-// of `bytes` bytes to `device`, after one untimed warm-up copy. 0 when `device` is not CUDA or
-// this kiln was built against a LibTorch without CUDA. Throws c10::Error
-// when the CUDA runtime fails.
+// of `bytes` bytes to `device`, after one untimed warm-up copy. 0 when
+// `device` is not CUDA or this kiln was built against a LibTorch without
+// CUDA. Throws c10::Error when the CUDA runtime fails.
 double PinnedHostToDeviceBandwidth(torch::Device device, int64_t bytes, int reps);
 
 }  // namespace kiln::train
