@@ -145,6 +145,35 @@ __attribute__((target("avx2"))) void VerticalRowAvx2(const uint8_t* const* rows,
     out[j] = Clip8(acc);
   }
 }
+
+// The vpshufb controls of HorizontalRowMaddAvx2 for C channels, made once:
+// int16 lane c of each 64-bit group = (byte of tap t, channel c; tap t+1),
+// taps 0,1 (bytes[0]) and 2,3 (bytes[1]) of a window, zero-extended; the
+// same for both 128-bit halves, and zeros for a missing fourth channel.
+struct MaddControl {
+  alignas(32) int8_t bytes[2][32];
+};
+
+template <int C>
+const MaddControl& MaddShuffleControl() {
+  static const MaddControl control = [] {
+    MaddControl m;
+    for (int pair = 0; pair < 2; ++pair)
+      for (int lane = 0; lane < 2; ++lane)
+        for (int c = 0; c < 4; ++c) {
+          int8_t* q = &m.bytes[pair][lane * 16 + c * 4];
+          const int t = pair * 2;
+          const bool real = c < C;
+          q[0] = real ? static_cast<int8_t>(t * C + c) : int8_t(-128);
+          q[1] = int8_t(-128);
+          q[2] = real ? static_cast<int8_t>((t + 1) * C + c) : int8_t(-128);
+          q[3] = int8_t(-128);
+        }
+    return m;
+  }();
+  return control;
+}
+
 // AVX2 horizontal pass with 16-bit multiply-adds, 3 or 4 channels, two
 // output pixels per step (one in each 128-bit half), for windows of at most
 // 2 * kPairs taps. A window's bytes are loaded once and shuffled into int16
@@ -163,22 +192,9 @@ __attribute__((target("avx2"))) void HorizontalRowMaddAvx2(const uint8_t* src, i
   // Bytes read from a window's start: 16, and 16 more at tap 4 for 6 taps.
   constexpr size_t kReach = kPairs == 2 ? 16 : 4 * C + 16;
   const size_t row_bytes = static_cast<size_t>(in_w) * C;
-  // int16 lane c of a 64-bit group = (byte of tap t, channel c; tap t+1):
-  // taps 0,1 from the low 8 bytes, taps 2,3 from the next, zero-extended.
-  alignas(32) int8_t control[2][32];
-  for (int pair = 0; pair < 2; ++pair)
-    for (int lane = 0; lane < 2; ++lane)
-      for (int c = 0; c < 4; ++c) {
-        int8_t* q = &control[pair][lane * 16 + c * 4];
-        const int t = pair * 2;
-        const bool real = c < C;
-        q[0] = real ? static_cast<int8_t>(t * C + c) : int8_t(-128);
-        q[1] = int8_t(-128);
-        q[2] = real ? static_cast<int8_t>((t + 1) * C + c) : int8_t(-128);
-        q[3] = int8_t(-128);
-      }
-  const __m256i taps01 = _mm256_load_si256(reinterpret_cast<const __m256i*>(control[0]));
-  const __m256i taps23 = _mm256_load_si256(reinterpret_cast<const __m256i*>(control[1]));
+  const MaddControl& control = MaddShuffleControl<C>();
+  const __m256i taps01 = _mm256_load_si256(reinterpret_cast<const __m256i*>(control.bytes[0]));
+  const __m256i taps23 = _mm256_load_si256(reinterpret_cast<const __m256i*>(control.bytes[1]));
   const __m256i half = _mm256_set1_epi32(kHalf);
   constexpr int kBlock = kPairs * 2 * 16;  // int16 weights per pair of output pixels
   int ox = 0;
