@@ -19,12 +19,17 @@ b=${KILN_GPU_BUILD:-/tmp/kiln-gpu-build}
 out=${OUT:-/tmp/kiln-gpu-out}
 mkdir -p "$out"
 results=()
-step() {  # step NAME COMMAND...: runs it with its output in $out/NAME.log
+# step NAME COMMAND...: runs it with its output in $out/NAME.log; the table
+# shows its last line, or with KEY=REGEX set its last line matching REGEX.
+step() {
   local name=$1; shift
   local t0=$SECONDS
   "$@" >"$out/$name.log" 2>&1
   local rc=$?
-  results+=("$(printf '%-28s exit %-3d %4d s   %s' "$name" "$rc" $((SECONDS - t0)) "$(tail -1 "$out/$name.log")")")
+  local line
+  line=$(grep -E "${KEY:-.}" "$out/$name.log" | tail -1)
+  [ -n "$line" ] || line=$(tail -1 "$out/$name.log")
+  results+=("$(printf '%-28s exit %-3d %4d s   %s' "$name" "$rc" $((SECONDS - t0)) "$line")")
   return $rc
 }
 
@@ -44,19 +49,30 @@ step configure cmake -S . -B "$b" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_WIT
   -DCMAKE_PREFIX_PATH="$torch_prefix;$deps/usr" "${cuda[@]}" &&
 step build cmake --build "$b" -j "$(nproc)" &&
 {
-  step ctest bash -c "cd '$b' && ctest -j 8 --output-on-failure"
-  step cuda-tests "$b/tests/train/kiln_train_tests" "[cuda]"
+  KEY="tests passed" step ctest bash -c "cd '$b' && ctest -j 8 --output-on-failure"
+  KEY="test cases|All tests passed" step cuda-tests "$b/tests/train/kiln_train_tests" "[cuda]"
   # The loader onto the GPU (side-stream copies) against the memcpy and
   # pinned host-to-device floors, on a synthetic 3x224x224 float16 cache.
   rm -rf /tmp/kiln-gpu-cache
   step synth-cache "$b/tests/kiln_synth_cache" /tmp/kiln-gpu-cache 4000 3 224 224 float16 &&
   {
-    step bench-cuda "$b/kiln" bench /tmp/kiln-gpu-cache --device cuda --batch 256 --workers 4
-    step bench-cpu "$b/kiln" bench /tmp/kiln-gpu-cache --batch 256 --workers 4
+    KEY="loader / floor" step bench-cuda "$b/kiln" bench /tmp/kiln-gpu-cache --device cuda --batch 256 --workers 4
+    KEY="loader / floor" step bench-cpu "$b/kiln" bench /tmp/kiln-gpu-cache --batch 256 --workers 4
+    # Training on the GPU from that cache: mixed precision (auto: bf16 on
+    # an H200), the fp16 loss scaler, and the automatic batch size, each
+    # with the data-stall share on its last line.
+    train=("$b/kiln" train --data /tmp/kiln-gpu-cache --model resnet50 --device cuda --workers 4
+           --channels-last --log-every 8)
+    step train-auto "${train[@]}" --precision auto --batch-size 256 --epochs 2 --metrics "$out/train-auto.jsonl"
+    step train-fp16 "${train[@]}" --precision fp16 --batch-size 256 --epochs 1
+    step train-batch-auto "${train[@]}" --precision auto --batch-size auto --epochs 1
   }
   step nvidia-smi nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv
 }
 
+for f in bench-cuda bench-cpu; do  # the floors the benchmarks measured
+  [ -f "$out/$f.log" ] && grep -E "floor|epoch" "$out/$f.log" | sed "s/^ */$f: /"
+done
 echo "== gpu_check: $(date -u +%FT%TZ), $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 for r in "${results[@]}"; do echo "$r"; done
 echo "logs: $out"
