@@ -4,7 +4,9 @@
 #include <sys/wait.h>
 
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -89,6 +91,21 @@ std::string ReadFile(const std::string& path) {
 void WriteFile(const std::string& path, const std::string& content) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << content;
+}
+
+size_t PayloadOffset(const std::string& file_bytes, uint64_t i, DType dtype, size_t record_bytes) {
+  const auto want = TestPayload(i, dtype, record_bytes);
+  const void* p = memmem(file_bytes.data(), file_bytes.size(), want.data(),
+                         std::min<size_t>(64, record_bytes));
+  REQUIRE(p != nullptr);
+  return static_cast<const char*>(p) - file_bytes.data();
+}
+
+void FlipByte(const std::string& path, size_t offset) {
+  std::string b = ReadFile(path);
+  REQUIRE(offset < b.size());
+  b[offset] ^= 0x10;
+  WriteFile(path, b);
 }
 
 }  // namespace kiln::testing

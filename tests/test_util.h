@@ -39,6 +39,12 @@ int RunCommand(const std::string& cmd, std::string* output);
 std::string ReadFile(const std::string& path);
 void WriteFile(const std::string& path, const std::string& content);
 
+// Offset of record i's payload, as WriteTestCache wrote it, inside a shard
+// file's bytes (found by its first bytes, at most 64).
+size_t PayloadOffset(const std::string& file_bytes, uint64_t i, DType dtype, size_t record_bytes);
+// Flips one bit of the byte at `offset` of file `path`.
+void FlipByte(const std::string& path, size_t offset);
+
 }  // namespace kiln::testing
 
 #endif  // KILN_TESTS_TEST_UTIL_H_

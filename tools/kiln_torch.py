@@ -260,7 +260,7 @@ class KilnDataset(torch.utils.data.Dataset):
                                     % (len(value), HEADER_SIZE + payload_bytes))
             if any(reserved):
                 raise self._corrupt(shard, index, "reserved header bytes not zero")
-            if label < -1 or (self._classes and label >= len(self._classes)):
+            if self._classes and not 0 <= label < len(self._classes):  # as the C++ reader
                 raise self._corrupt(shard, index, "label %d outside the %d classes"
                                     % (label, len(self._classes)))
             if self._verify:

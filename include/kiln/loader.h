@@ -13,7 +13,12 @@
 //
 // Protocol: StartEpoch(e, b) -> Next() ... Release(slot) ... until Next()
 // says the epoch ended. A slot returned by Next() is not refilled until it
-// is released. Batch b always lands in slot b % slots.size().
+// is released. Batch b always lands in slot b % slots.size(), so at most
+// slots.size() batches can be held at once.
+//
+// Errors: a batch with a record that fails to load ends the epoch's stream:
+// Next() returns that error (again on every call), its slot is not held,
+// position() stays at that batch, and StartEpoch(position) loads it anew.
 //
 // Thread-safety: Next/Release/StartEpoch are called from one consumer
 // thread; the loader's workers are internal.
@@ -82,8 +87,9 @@ class Loader {
   // Begins epoch `epoch` at batch `start_batch` (to resume mid-epoch).
   // REQUIRES: every slot handed out earlier has been released.
   Status StartEpoch(uint64_t epoch, uint64_t start_batch = 0);
-  // Waits for the next batch. Returns NotFound at the end of the epoch, or
-  // the Status (naming shard and record) of a record that failed to load.
+  // Waits for the next batch. Returns NotFound at the end of the epoch, the
+  // Status (naming shard and record) of a record that failed to load, or
+  // InvalidArgument when the batch's slot is still held (never released).
   Status Next(Batch* out);
   // The consumer is done with `slot`; it may be refilled.
   void Release(int slot);

@@ -105,7 +105,8 @@ class Loader::Impl {
     for (SlotState s : state_)
       if (s == SlotState::kInUse)
         return Status::InvalidArgument("loader: StartEpoch with a slot still in use");
-    // Let workers finish what they are filling for the old epoch.
+    // Workers claim no more of the old epoch and finish what they are filling.
+    active_ = false;
     cv_.wait(lock, [&] {
       return std::none_of(state_.begin(), state_.end(),
                           [](SlotState s) { return s == SlotState::kFilling; });
@@ -115,7 +116,7 @@ class Loader::Impl {
     epoch_ = epoch;
     next_claim_ = next_consume_ = start;
     std::fill(state_.begin(), state_.end(), SlotState::kFree);
-    ++generation_;
+    failed_ = Status::OK();
     active_ = true;
     lock.unlock();
     cv_.notify_all();
@@ -124,13 +125,27 @@ class Loader::Impl {
 
   Status Next(Batch* out) {
     std::unique_lock<std::mutex> lock(mu_);
+    if (!failed_.ok()) return failed_;
     if (!active_ || next_consume_ >= batches_) return Status::NotFound("end of epoch");
     const uint64_t b = next_consume_;
     const size_t s = b % slots_.size();
+    if (state_[s] == SlotState::kInUse)  // waiting would never end
+      return Status::InvalidArgument(
+          "loader: batch " + std::to_string(b) + " goes into slot " + std::to_string(s) +
+          ", which the consumer still holds: Release() a batch before asking for more than " +
+          std::to_string(slots_.size()) + " at once");
     cv_.wait(lock, [&] { return state_[s] == SlotState::kReady && slot_batch_[s] == b; });
+    if (!slot_status_[s].ok()) {
+      // The epoch's stream ends here: the slot goes back, workers stop, and
+      // the position stays at this batch, so StartEpoch(position) - after a
+      // repair, say - loads it again. Until then Next() repeats the error.
+      failed_ = slot_status_[s];
+      state_[s] = SlotState::kFree;
+      active_ = false;
+      return failed_;
+    }
     state_[s] = SlotState::kInUse;
     ++next_consume_;
-    if (!slot_status_[s].ok()) return slot_status_[s];
     out->slot = static_cast<int>(s);
     out->epoch = epoch_;
     out->index = b;
@@ -173,19 +188,15 @@ class Loader::Impl {
       if (stop_) return;
       const uint64_t b = next_claim_++;
       const size_t s = b % slots_.size();
-      const uint64_t gen = generation_;
       state_[s] = SlotState::kFilling;
       slot_batch_[s] = b;
       lock.unlock();
+      // order_ and epoch_ stay put meanwhile: StartEpoch waits for kFilling.
       Status st = Fill(txn, b, slots_[s]);
       txn->Reset();
       lock.lock();
-      if (gen == generation_) {
-        slot_status_[s] = st;
-        state_[s] = SlotState::kReady;
-      } else {
-        state_[s] = SlotState::kFree;  // an epoch restarted under us
-      }
+      slot_status_[s] = st;
+      state_[s] = SlotState::kReady;
       cv_.notify_all();
     }
   }
@@ -252,8 +263,9 @@ class Loader::Impl {
   std::vector<uint64_t> slot_batch_;
   std::vector<Status> slot_status_;
   std::vector<uint64_t> order_;
-  uint64_t epoch_ = 0, next_claim_ = 0, next_consume_ = 0, generation_ = 0;
+  uint64_t epoch_ = 0, next_claim_ = 0, next_consume_ = 0;
   bool active_ = false, stop_ = false;
+  Status failed_;  // the error that ended this epoch's stream, if one did
   std::vector<std::unique_ptr<ReadTxn>> txns_;  // one per worker
   std::vector<std::thread> threads_;
 };

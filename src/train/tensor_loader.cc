@@ -62,8 +62,19 @@ torch::ScalarType CacheScalarType(DType d) {
 }
 }  // namespace
 
+bool IsOutOfMemory(const c10::Error& e) {
+  if (dynamic_cast<const c10::OutOfMemoryError*>(&e) != nullptr) return true;
+  const std::string what = e.what_without_backtrace();
+  return what.find("out of memory") != std::string::npos ||
+         what.find("not enough memory") != std::string::npos ||
+         what.find("can't allocate memory") != std::string::npos;  // LibTorch's CPU allocator
+}
+
 TensorLoader::~TensorLoader() {
-  if (held_ >= 0 && copier_) copier_->WaitHostRead(held_);
+  try {
+    if (held_ >= 0 && copier_) copier_->WaitHostRead(held_);
+  } catch (const std::exception&) {  // a failed device: its copy is not running either
+  }
   loader_.reset();  // join the workers before the slot memory goes
 }
 
@@ -122,13 +133,31 @@ void TensorLoader::ReleaseHeld() {
 }
 
 Status TensorLoader::StartEpoch(uint64_t epoch, uint64_t start_batch) {
-  ReleaseHeld();
+  try {
+    ReleaseHeld();
+  } catch (const std::exception& e) {
+    return Status::IOError(std::string("tensor loader: waiting for the copy to ") +
+                           opt_.device.str() + " failed: " + e.what());
+  }
   return loader_->StartEpoch(epoch, start_batch);
 }
 
 bool TensorLoader::asynchronous() const { return copier_->asynchronous(); }
 
 Status TensorLoader::Next(torch::Tensor* inputs, torch::Tensor* labels) {
+  try {
+    return NextOrThrow(inputs, labels);
+  } catch (const c10::Error& e) {
+    if (IsOutOfMemory(e)) throw;  // for callers that size batches by trying them
+    return Status::IOError(std::string("tensor loader: copying a batch to ") + opt_.device.str() +
+                           " failed: " + e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    return Status::IOError(std::string("tensor loader: copying a batch to ") + opt_.device.str() +
+                           " failed: " + e.what());
+  }
+}
+
+Status TensorLoader::NextOrThrow(torch::Tensor* inputs, torch::Tensor* labels) {
   // Waiting for the device to finish reading the last slot counts as
   // waiting for data, as does waiting for the workers.
   const auto t0 = std::chrono::steady_clock::now();
@@ -136,7 +165,7 @@ Status TensorLoader::Next(torch::Tensor* inputs, torch::Tensor* labels) {
   Batch b;
   Status s = loader_->Next(&b);
   wait_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (!s.ok()) return s;
+  if (!s.ok()) return s;  // the core loader holds no slot then
   held_ = b.slot;
   const int64_t n = static_cast<int64_t>(b.size);
   const torch::Tensor x = data_[b.slot].narrow(0, 0, n);
@@ -151,13 +180,8 @@ Status TensorLoader::Next(torch::Tensor* inputs, torch::Tensor* labels) {
     if (opt_.channels_last && v.dim() == 4) v = v.contiguous(torch::MemoryFormat::ChannelsLast);
     return v;
   };
-  try {
-    copier_->Start(b.slot, x, y, convert, inputs, labels);
-    copier_->HandOff(b.slot, inputs, labels);
-  } catch (const std::exception& e) {
-    return Status::IOError(std::string("tensor loader: copying a batch to ") + opt_.device.str() +
-                           " failed: " + e.what());
-  }
+  copier_->Start(b.slot, x, y, convert, inputs, labels);
+  copier_->HandOff(b.slot, inputs, labels);
   return Status::OK();
 }
 

@@ -42,6 +42,12 @@ Status SearchBatchSize(int64_t first, int64_t max_batch, int64_t budget, const B
   for (int64_t b = first; b <= max_batch; b *= 2) {
     BatchTrial t = trial(b);
     t.batch = b;
+    if (!t.error.ok()) {
+      t.note = "failed: stop";
+      rows.push_back(t);
+      if (table) *table = rows;
+      return t.error.WithContext("automatic batch size, trying batch " + std::to_string(b));
+    }
     if (t.out_of_memory) {
       t.note = "out of memory: stop";
     } else if (budget > 0 && t.peak_bytes > budget) {
@@ -124,13 +130,6 @@ std::string Fixed(double v, int digits) {
   std::ostringstream o;
   o << std::fixed << std::setprecision(digits) << v;
   return o.str();
-}
-
-bool IsOutOfMemory(const c10::Error& e) {
-  if (dynamic_cast<const c10::OutOfMemoryError*>(&e) != nullptr) return true;
-  const std::string what = e.what();
-  return what.find("out of memory") != std::string::npos ||
-         what.find("not enough memory") != std::string::npos;
 }
 
 // Peak resident memory of this process since the last ResetPeakMemory().
@@ -497,19 +496,14 @@ BatchTrial Trainer::Trial(int64_t batch) {
   for (auto& [n, b] : model_.Buffers()) saved.push_back(b.clone());
   try {
     std::unique_ptr<TensorLoader> loader;
-    Status s = TensorLoader::Open(train_.get(), LoaderFor(batch, /*train=*/true), &loader);
-    if (!s.ok()) {
-      t.out_of_memory = true;
-      t.note = s.message();
-      return t;
-    }
+    // Errors other than memory exhaustion (bad data, a failed device) end
+    // the search with them: they are not about this batch size.
+    t.error = TensorLoader::Open(train_.get(), LoaderFor(batch, /*train=*/true), &loader);
+    if (!t.error.ok()) return t;
     ResetPeakMemory();
     model_.SetTraining(true);
-    if (Status e = loader->StartEpoch(0); !e.ok()) {
-      t.out_of_memory = true;
-      t.note = e.message();
-      return t;
-    }
+    t.error = loader->StartEpoch(0);
+    if (!t.error.ok()) return t;
     constexpr int kWarm = 1, kTimed = 3;
     auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < kWarm + kTimed; ++i) {
@@ -517,10 +511,13 @@ BatchTrial Trainer::Trial(int64_t batch) {
       torch::Tensor x, y;
       Status n = loader->Next(&x, &y);
       if (n.IsNotFound()) {
-        (void)loader->StartEpoch(static_cast<uint64_t>(i) + 1);
-        n = loader->Next(&x, &y);
+        n = loader->StartEpoch(static_cast<uint64_t>(i) + 1);
+        if (n.ok()) n = loader->Next(&x, &y);
       }
-      if (!n.ok()) break;
+      if (!n.ok()) {
+        t.error = n;
+        break;
+      }
       torch::Tensor logits;
       {
         AutocastGuard amp(device_, precision_);
@@ -530,7 +527,7 @@ BatchTrial Trainer::Trial(int64_t batch) {
       for (auto& p : trainable_) p.mutable_grad() = torch::Tensor();
       if (device_.is_cuda()) torch::cuda::synchronize();
     }
-    t.samples_per_second = batch * kTimed / std::max(1e-9, Seconds(t0));
+    if (t.error.ok()) t.samples_per_second = batch * kTimed / std::max(1e-9, Seconds(t0));
     int64_t used = 0, total = 0;
     if (device_.is_cpu()) t.peak_bytes = PeakMemoryBytes();
     else if (GpuMemory(&used, &total)) t.peak_bytes = used;
@@ -959,8 +956,15 @@ Status Train(const TrainOptions& options, TrainResult* result) {
     if (result) *result = std::move(local);
     return s;
   } catch (const std::exception& e) {
-    // TorchScript errors carry an interpreter traceback; the last line says what failed.
-    std::string what = e.what();
+    const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+    if (c10_error != nullptr && IsOutOfMemory(*c10_error))
+      return Status::InvalidArgument(
+          std::string("training ran out of memory: lower --batch-size (--accum-steps keeps the "
+                      "effective batch) or use --batch-size auto; LibTorch said: ") +
+          std::string(c10_error->what_without_backtrace()).substr(0, 1000));
+    // TorchScript errors carry an interpreter traceback; the last line says
+    // what failed (after LibTorch's C++ backtrace, which is dropped).
+    std::string what = c10_error != nullptr ? c10_error->what_without_backtrace() : e.what();
     size_t end = what.find_last_not_of(" \n");
     size_t start = end == std::string::npos ? std::string::npos : what.rfind('\n', end);
     if (start != std::string::npos) what = what.substr(start + 1, end - start);

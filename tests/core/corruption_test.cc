@@ -27,17 +27,7 @@ void MakeCache(const TempDir& dir) {
 
 // Offset of record i's payload inside its shard file.
 size_t PayloadOffset(const std::string& file_bytes, uint64_t i) {
-  auto want = TestPayload(i, DType::kFloat16, kRecordBytes);
-  const void* p = memmem(file_bytes.data(), file_bytes.size(), want.data(), 64);
-  REQUIRE(p != nullptr);
-  return static_cast<const char*>(p) - file_bytes.data();
-}
-
-void FlipByte(const std::string& path, size_t offset) {
-  std::string b = ReadFile(path);
-  REQUIRE(offset < b.size());
-  b[offset] ^= 0x10;
-  WriteFile(path, b);
+  return kiln::testing::PayloadOffset(file_bytes, i, DType::kFloat16, kRecordBytes);
 }
 
 // Runs `fn` on a write transaction of the given shard, then restores the

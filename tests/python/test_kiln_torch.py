@@ -267,6 +267,34 @@ def dtype_mismatch():
     expect_raises(ValueError, lambda: ds[3], "shard-00000.mdb", "index 3", "dtype")
 
 
+def label_outside_classes():
+    # Two classes left in the manifest: kiln's reader refuses records with
+    # labels 2..9, and so must the module; records with 0 or 1 still load.
+    dst, _ = copy_with_manifest("classes", lambda m: m.update(classes=m["classes"][:2]))
+    out = os.path.join(tmp, "classes.bin")
+    labels = {i: r[0] for i, r in dump(caches["uint8"], out).items()}
+    bad = min(i for i, label in labels.items() if label >= 2)
+    good = min(i for i, label in labels.items() if label < 2)
+    ds = KilnDataset(dst)
+    assert ds[good][1] == labels[good]
+    expect_raises(ValueError, lambda: ds[bad], "shard-00000.mdb", "index %d" % bad,
+                  "label %d" % labels[bad])
+    assert dump(dst, out, [good])[good][0] == labels[good]
+    r = subprocess.run([DUMP, dst, out, str(bad)], capture_output=True, text=True)
+    assert r.returncode != 0 and "label %d" % labels[bad] in r.stdout + r.stderr, r
+    # Label -1 ("no label") in a cache with classes: written into another
+    # record's header (offset 24), it is refused too (kiln's reader does so
+    # before its checksum check, which this edit would also fail).
+    other = min(i for i, label in labels.items() if label < 2 and i != good)
+    shard = os.path.join(dst, "shard-00000.mdb")
+    payload = dump(caches["uint8"], out, [other])[other][1]
+    with open(shard, "r+b") as f:
+        data = f.read()
+        f.seek(data.index(payload[:64]) - kiln_torch.HEADER_SIZE + 24)
+        f.write(struct.pack("<q", -1))
+    expect_raises(ValueError, lambda: KilnDataset(dst)[other], "index %d" % other, "label -1")
+
+
 def verify_flag():
     if kiln_torch.HAVE_XXHASH:
         ds = KilnDataset(caches["float32"], verify=True)
@@ -282,6 +310,8 @@ check("format 'other' raises ValueError naming manifest.json", bad_format_name)
 check("missing manifest raises ValueError naming it", missing_manifest)
 check("record shape differing from the manifest names shard and index", shape_mismatch)
 check("record dtype differing from the manifest names shard and index", dtype_mismatch)
+check("a label outside the manifest's classes raises, as kiln's reader refuses it",
+      label_outside_classes)
 check("verify=True checks checksums (or needs xxhash: %s)" % kiln_torch.HAVE_XXHASH,
       verify_flag)
 

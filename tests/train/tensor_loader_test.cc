@@ -273,6 +273,90 @@ TEST_CASE("with asynchronous copies a slot is refilled only after the copy has r
   });
 }
 
+namespace {
+// A copier whose copies fail with `error` (a c10::Error) from batch `from` on.
+class FailingCopier final : public train::internal::DeviceCopier {
+ public:
+  FailingCopier(int from, std::function<void()> error) : from_(from), error_(std::move(error)) {}
+  void Start(int, const torch::Tensor& x, const torch::Tensor& y, const train::internal::Convert&,
+             torch::Tensor* dx, torch::Tensor* dy) override {
+    if (++started_ > from_) error_();
+    *dx = x;
+    *dy = y;
+  }
+  void HandOff(int, torch::Tensor*, torch::Tensor*) override {}
+  void WaitHostRead(int) override {}
+  bool asynchronous() const override { return false; }
+
+ private:
+  int from_, started_ = 0;
+  std::function<void()> error_;
+};
+}  // namespace
+
+TEST_CASE("a failed batch leaves no slot held; memory exhaustion is thrown, not hidden", "[train]") {
+  TempDir dir;
+  WriteTestCache(dir.path(), 40, DType::kFloat16, MakeShape({2, 4, 4}));
+  train::TensorLoaderOptions o;
+  o.loader.batch_size = 8;
+  o.loader.shuffle = false;
+  o.loader.verify_checksums = true;
+  o.dtype = torch::kFloat16;
+  o.slots = 2;
+  std::unique_ptr<CacheReader> reader;
+  std::unique_ptr<train::TensorLoader> tl;
+  torch::Tensor x, y;
+  SECTION("a damaged record") {
+    const std::string shard = dir / "shard-00000.mdb";
+    FlipByte(shard, PayloadOffset(ReadFile(shard), 20, DType::kFloat16, 64) + 3);
+    REQUIRE(CacheReader::Open(dir.path(), ReaderOptions(), &reader).ok());
+    REQUIRE(train::TensorLoader::Open(reader.get(), o, &tl).ok());
+    REQUIRE(tl->StartEpoch(0).ok());
+    REQUIRE(tl->Next(&x, &y).ok());
+    REQUIRE(tl->Next(&x, &y).ok());
+    Status s = tl->Next(&x, &y);  // batch 2: records 16-23
+    CHECK(s.IsCorruption());
+    CHECK_THAT(s.message(), Catch::Contains("record 20"));
+    REQUIRE(tl->loader().position().batch == 2);
+    // Resuming past it works: the failed batch's slot was not left held.
+    REQUIRE(tl->StartEpoch(0, 3).ok());
+    int n = 0;
+    while (tl->Next(&x, &y).ok()) ++n;
+    CHECK(n == 2);
+    tl.reset();  // before its reader goes
+  }
+  REQUIRE(CacheReader::Open(dir.path(), ReaderOptions(), &reader).ok());
+  struct Restore {
+    ~Restore() { train::internal::SetCopierFactoryForTesting(nullptr); }
+  } restore;
+  SECTION("a copy that runs out of memory throws, for the batch-size search") {
+    train::internal::SetCopierFactoryForTesting([](torch::Device, int) {
+      return std::make_unique<FailingCopier>(1, [] {
+        TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory. Tried to allocate 2.00 GiB");
+      });
+    });
+    REQUIRE(train::TensorLoader::Open(reader.get(), o, &tl).ok());
+    REQUIRE(tl->StartEpoch(0).ok());
+    REQUIRE(tl->Next(&x, &y).ok());
+    CHECK_THROWS_AS(tl->Next(&x, &y), c10::OutOfMemoryError);
+    CHECK(tl->StartEpoch(1).ok());  // the slot it held goes back
+  }
+  SECTION("another device error becomes a status that says what failed") {
+    train::internal::SetCopierFactoryForTesting([](torch::Device, int) {
+      return std::make_unique<FailingCopier>(0, [] {
+        TORCH_CHECK(false, "CUDA error: an illegal memory access was encountered");
+      });
+    });
+    REQUIRE(train::TensorLoader::Open(reader.get(), o, &tl).ok());
+    REQUIRE(tl->StartEpoch(0).ok());
+    Status s = tl->Next(&x, &y);
+    CHECK(s.IsIOError());
+    CHECK_THAT(s.message(), Catch::Contains("copying a batch to cpu failed") &&
+                                Catch::Contains("illegal memory access"));
+    CHECK(tl->StartEpoch(1).ok());
+  }
+}
+
 TEST_CASE("batches land on the GPU through side-stream copies, equal to the records", "[train][cuda]") {
   REQUIRE(torch::cuda::is_available());
   CheckBatchesOn(torch::Device(torch::kCUDA, 0), true);

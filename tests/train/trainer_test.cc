@@ -268,6 +268,18 @@ TEST_CASE("automatic batch size stops at out-of-memory, the budget or a plateau"
 
   CHECK(SearchBatchSize(32, 4096, 1000, device, &chosen, &table).IsInvalidArgument());
 
+  // A trial that fails for another reason (a damaged record) ends the search
+  // with that error instead of passing for a rate.
+  auto damaged = [&](int64_t b) {
+    BatchTrial t = device(b);
+    if (b == 128) t.error = Status::Corruption("shard-00000.mdb: record 7: checksum mismatch");
+    return t;
+  };
+  const Status failed = SearchBatchSize(32, 4096, 0, damaged, &chosen, &table);
+  CHECK(failed.IsCorruption());
+  CHECK_THAT(failed.message(), Catch::Contains("batch 128") && Catch::Contains("record 7"));
+  CHECK(table.size() == 3);
+
   // The real search on the CPU, end to end.
   TempDir dir;
   if (!BuildSampleCaches(dir)) return;
@@ -366,6 +378,22 @@ TEST_CASE("model and data on different devices is an error naming both", "[train
   CHECK(s.IsInvalidArgument());
   CHECK(s.message().find("model is on cpu") != std::string::npos);
   CHECK(s.message().find("meta") != std::string::npos);
+}
+
+TEST_CASE("running out of memory says so, with what to change, not a backtrace line", "[train]") {
+  TempDir dir;
+  WriteTestCache(dir / "data", 64, DType::kFloat16, MakeShape({1, 8, 8}), 4);
+  std::ostringstream log;
+  TrainOptions o = Quiet(dir / "data", &log);
+  o.model = "mlp";
+  o.device = "cpu";
+  o.batch_size = int64_t{1} << 40;  // slots of 2^47 bytes: no allocator gives that
+  TrainResult r;
+  Status s = Train(o, &r);
+  INFO(s.ToString());
+  CHECK(s.IsInvalidArgument());
+  CHECK_THAT(s.message(), Catch::Contains("ran out of memory") && Catch::Contains("--batch-size") &&
+                              !Catch::Contains("frame #"));
 }
 
 TEST_CASE("a TorchScript model trains, takes a new head, initializes and exports", "[train]") {

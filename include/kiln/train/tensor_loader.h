@@ -51,7 +51,9 @@ class TensorLoader {
 
   Status StartEpoch(uint64_t epoch, uint64_t start_batch = 0);
   // The next batch: inputs [B, C, H, W] (or the record shape with B first),
-  // labels int64 [B]. NotFound at the end of the epoch.
+  // labels int64 [B]. NotFound at the end of the epoch; a record's error as
+  // Loader::Next gives it; IOError when the copy to the device fails. Memory
+  // exhaustion is thrown as the c10::Error it is (see IsOutOfMemory).
   Status Next(torch::Tensor* inputs, torch::Tensor* labels);
 
   // Seconds Next() spent waiting for data since the last call of this: for
@@ -66,6 +68,7 @@ class TensorLoader {
  private:
   TensorLoader() = default;
   void ReleaseHeld();  // hands the slot of the last Next() back to the workers
+  Status NextOrThrow(torch::Tensor* inputs, torch::Tensor* labels);
   TensorLoaderOptions opt_;
   std::vector<torch::Tensor> data_, labels_;
   std::unique_ptr<Loader> loader_;
@@ -74,6 +77,9 @@ class TensorLoader {
   int held_ = -1;             // the slot handed out by the last Next()
   double wait_ = 0;
 };
+
+// True when `e` reports memory exhaustion (CUDA's, or the host allocator's).
+bool IsOutOfMemory(const c10::Error& e);
 
 // The host-to-device bandwidth of pinned memory, in bytes/s: `reps` copies
 // of `bytes` bytes to `device`, after one untimed warm-up copy. 0 when

@@ -99,13 +99,15 @@ struct BatchTrial {
   double samples_per_second = 0;
   int64_t peak_bytes = 0;          // peak memory of the trial
   std::string note;                // why the search stopped here, if it did
+  Status error;                    // the trial failed otherwise (bad data): the search ends with it
 };
 
 // Tries batch sizes first, 2*first, ... up to `max_batch` with `trial`
 // until one runs out of memory, needs more than `budget` bytes, or gains
 // less than 5% samples/s over the best so far. Returns the batch with the
 // best samples/s among those that fit (at least `first` is required to
-// fit: InvalidArgument otherwise). `table` gets every trial.
+// fit: InvalidArgument otherwise). A trial with an error ends the search
+// with that error. `table` gets every trial.
 using BatchTrialFn = std::function<BatchTrial(int64_t batch)>;
 Status SearchBatchSize(int64_t first, int64_t max_batch, int64_t budget, const BatchTrialFn& trial,
                        int64_t* chosen, std::vector<BatchTrial>* table);
