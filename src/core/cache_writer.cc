@@ -237,7 +237,10 @@ class CacheWriter::Impl {
         KILN_RETURN_IF_ERROR(FinishShardFile(&info));
         done_.push_back(info);
       } else {
-        noncanonical_ = Exists(ReplayMarker(path));
+        // A shard reopened with records in it is rewritten at its end: LMDB's
+        // page layout after a reopen (following a kill -9 mid-commit, say)
+        // need not be the one an uninterrupted writer leaves.
+        noncanonical_ = info.count > 0 || Exists(ReplayMarker(path));
         cur_ = info;
         digest_ = digest;
         shard_index_ = s;
@@ -338,8 +341,8 @@ class CacheWriter::Impl {
   }
 
   // Syncs and closes the shard held in env_ and records its size. A shard
-  // written entirely on the regular commit cadence (also across a resume)
-  // is already canonical; one that saw an explicit Commit is rewritten.
+  // written in one go on the regular commit cadence is already canonical;
+  // one that saw an explicit Commit, or was resumed, is rewritten.
   Status FinishShardFile(ShardInfo* info) {
     const std::string path = env_.path();
     if (noncanonical_ || Exists(ReplayMarker(path))) {

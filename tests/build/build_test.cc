@@ -175,8 +175,10 @@ TEST_CASE("the same build again is up to date, changed sources need force", "[bu
 TEST_CASE("a build killed with SIGKILL resumes to identical shards", "[build]") {
   TempDir src, ref, out;
   MakePhotoFolder(src.path(), 60);  // 420 JPEGs
+  // 37.7 KB records: a 4 MiB commit is ~111 of them, a 12 MB shard ~318,
+  // so the shard being written when the kill lands already holds commits.
   const std::string args = src.path() + " %s --resize 64 --crop 56 --dtype float32 --threads 1 "
-                           "--shard-size 2M --progress none";
+                           "--shard-size 12M --progress none";
   auto cmd = [&](const std::string& dir) {
     char buf[1024];
     std::snprintf(buf, sizeof(buf), args.c_str(), dir.c_str());
@@ -195,9 +197,14 @@ TEST_CASE("a build killed with SIGKILL resumes to identical shards", "[build]") 
             (char*)nullptr);
       _exit(127);
     }
-    // Kill once the second shard exists: the first is committed by then.
-    for (int i = 0; i < 4000 && !fs::exists(out / "shard-00001.mdb"); ++i) usleep(1000);
-    usleep(20000 * attempt);
+    // Kill once the first shard holds two commits (records of 10 pages:
+    // 4.5 MB a commit) and before its third.
+    auto size = [&] {
+      std::error_code ec;
+      const auto n = fs::file_size(out / "shard-00000.mdb", ec);
+      return ec ? 0 : n;
+    };
+    for (int i = 0; i < 8000 && size() < (6u << 20) + 300000u * attempt; ++i) usleep(500);
     kill(pid, SIGKILL);
     int st;
     waitpid(pid, &st, 0);
