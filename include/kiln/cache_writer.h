@@ -22,6 +22,7 @@
 #define KILN_CACHE_WRITER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -48,6 +49,10 @@ struct WriterOptions {
   // The global index of the first record (a part of a cache built in parts;
   // Finish's `meta` must then carry the part's index and count).
   uint64_t first_index = 0;
+  // Runs once DIR is locked and its manifest removed, before any shard is
+  // opened: a caller's own clean-up (kiln build --force discards the old
+  // cache here, so that nothing is deleted while another build holds DIR).
+  std::function<Status()> prepare;
 };
 
 class CacheWriter {

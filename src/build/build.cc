@@ -23,6 +23,7 @@
 #include <random>
 #include <set>
 
+#include "core/file_util.h"
 #include "kiln/cache_reader.h"
 #include "kiln/cache_writer.h"
 #include "kiln/image/decode.h"
@@ -50,6 +51,13 @@ image::DType ImageDType(DType d) {
     case DType::kFloat32: return image::DType::kFloat32;
   }
   return image::DType::kUint8;
+}
+
+// A rejects.tsv / rejects.partial line ("path<TAB>reason") as "path: reason".
+std::string RejectText(std::string line) {
+  const size_t tab = line.find('\t');
+  if (tab != std::string::npos) line.replace(tab, 1, ": ");
+  return line;
 }
 
 Status ReadFileBytes(const std::string& path, std::vector<uint8_t>* out) {
@@ -346,6 +354,7 @@ class Builder {
 
   // Says which top-level preprocessing fields differ.
   static std::string Diff(const json& a, const json& b) {
+    if (!a.is_object()) return "the recorded options are unreadable";
     std::set<std::string> keys;
     for (auto it = a.begin(); it != a.end(); ++it) keys.insert(it.key());
     for (auto it = b.begin(); it != b.end(); ++it) keys.insert(it.key());
@@ -369,6 +378,14 @@ class Builder {
         res_->up_to_date = true;
         info_(plan.dir + ": up to date (" + std::to_string(old.count) +
               " records; same sources and options) - nothing to do");
+        if (opt_.strict) {  // --strict holds for a cache built without it, too
+          std::ifstream rj(plan.dir + "/" + kRejects);
+          std::string line;
+          if (std::getline(rj, line) && std::getline(rj, line) && !line.empty())
+            return Status::Corruption(RejectText(line) + " (rejected when the cache was built; under "
+                                      "--strict every input must be written: fix or remove it, "
+                                      "then rebuild with --force)");
+        }
         return Status::OK();
       }
       if (!opt_.force)
@@ -382,30 +399,32 @@ class Builder {
         std::stringstream ss;
         ss << in.rdbuf();
         const json prev = json::parse(ss.str(), nullptr, false);
-        if (prev == pre) {
+        if (prev == pre && !opt_.force) {
           resume = true;
-        } else if (!opt_.force) {
+        } else if (opt_.force) {
+          info_(plan.dir + ": discarding an unfinished build and starting over (--force)");
+        } else {
           return Status::Stale(plan.dir + ": holds an unfinished build with other sources or options (" +
                                Diff(prev, pre) + "); pass --force to start over");
         }
       }
     }
-    if (!resume) {
+    // A fresh start discards what an earlier build left - under the
+    // writer's directory lock, after the manifest is gone, so that neither
+    // a running build nor an interrupted discard can leave DIR looking
+    // complete (CacheWriter::Open runs this).
+    auto discard = [&]() -> Status {
+      if (resume) return Status::OK();
       std::error_code ec;
-      if (fs::exists(plan.dir, ec))
-        for (const auto& e : fs::directory_iterator(plan.dir)) {
-          const std::string n = e.path().filename().string();
-          if (n.rfind(kShardPrefix, 0) == 0 || n == kRejectLog || n == kRejects || n == kBuildState ||
-              n == kSourcesTsv)
-            fs::remove(e.path(), ec);
-        }
-      fs::create_directories(plan.dir, ec);
-      if (ec) return Status::IOError(plan.dir + ": cannot create (" + ec.message() + ")");
-      std::ofstream st(plan.dir + "/" + kBuildState, std::ios::trunc);
-      st << pre.dump(2) << "\n";
-      st.flush();
-      if (!st) return Status::IOError(plan.dir + "/" + kBuildState + ": cannot write");
-    }
+      for (const auto& e : fs::directory_iterator(plan.dir, ec)) {
+        const std::string n = e.path().filename().string();
+        if (n.rfind(kShardPrefix, 0) == 0 || n == kRejectLog || n == kRejects || n == kBuildState ||
+            n == kSourcesTsv)
+          fs::remove(e.path(), ec);
+      }
+      if (ec) return Status::IOError(plan.dir + ": cannot clear (" + ec.message() + ")");
+      return WriteFileAtomic(plan.dir, kBuildState, std::string(kBuildState) + ".tmp", pre.dump(2) + "\n");
+    };
 
     WriterOptions wo;
     wo.dtype = opt_.dtype;
@@ -413,8 +432,23 @@ class Builder {
     wo.shard_size = opt_.shard_size;
     wo.resume = resume;
     wo.first_index = plan.first;
+    wo.prepare = discard;
     std::unique_ptr<CacheWriter> writer;
-    KILN_RETURN_IF_ERROR(CacheWriter::Open(wo, plan.dir, &writer));
+    const Status opened = CacheWriter::Open(wo, plan.dir, &writer);
+    if (resume && (opened.IsCorruption() || opened.IsInvalidArgument()))
+      return Status::Corruption(opened.message() + "; the interrupted build cannot be resumed: "
+                                "pass --force to discard it and start over");
+    KILN_RETURN_IF_ERROR(opened);
+    if (resume && opt_.strict) {
+      // The interrupted run rejected inputs: --strict fails on the first,
+      // as it would have in one go.
+      std::ifstream rl(plan.dir + "/" + kRejectLog);
+      std::string line;
+      if (std::getline(rl, line) && line.find('\t') != std::string::npos)
+        return Status::Corruption(RejectText(line.substr(line.find('\t') + 1)) +
+                                  " (rejected by the interrupted run; under --strict every input "
+                                  "must be written: fix or remove it and build again)");
+    }
 
     // Rejections already logged by the interrupted run, by source position.
     std::set<size_t> rejected_before;
@@ -477,6 +511,7 @@ class Builder {
     size_t next = start;
     std::set<size_t> rejected_now;
     Status failure;
+    std::atomic<bool> failed{false};  // `failure` set: read no more input, decode no more
     uint64_t written = 0, rejected = 0;
     auto last_report = std::chrono::steady_clock::now();
     auto report = [&](bool final) {
@@ -493,7 +528,7 @@ class Builder {
           tokens,
           tbb::make_filter<void, Chunk*>(tbb::filter_mode::serial_in_order,
                                          [&](tbb::flow_control& fc) -> Chunk* {
-                                           if (next >= plan.order.size()) {
+                                           if (next >= plan.order.size() || failed) {
                                              fc.stop();
                                              return nullptr;
                                            }
@@ -509,7 +544,7 @@ class Builder {
                     std::vector<uint8_t> scratch;
                     image::ImageU8 dec, res;
                     for (size_t k = c->begin; k < c->end; ++k) {
-                      if (rejected_before.count(k)) {
+                      if (rejected_before.count(k) || failed) {
                         c->status[k - c->begin] = Status::NotFound("skip");
                         continue;
                       }
@@ -549,6 +584,7 @@ class Builder {
                                                        " (rejected under --strict)");
                       }
                     }
+                    if (!failure.ok()) failed = true;
                     give(c);
                     const auto now = std::chrono::steady_clock::now();
                     if (now - last_report > std::chrono::milliseconds(500)) {

@@ -189,6 +189,10 @@ Status MergeOne(const std::string& out, std::vector<std::string> dirs, bool keep
   merged.preprocessing_json = pre.dump();
   merged.dtype = parts[0].m.dtype;
   merged.shape = parts[0].m.shape;
+  // How the parts' shards were written (the same for every part of one
+  // build): --repair rewrites a shard of the merged cache the same way.
+  merged.initial_map_size = parts[0].m.initial_map_size;
+  merged.commit_records = parts[0].m.commit_records;
   merged.kiln_version = KilnVersion();
   merged.count = next;
   int k = 0;

@@ -3,11 +3,13 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cctype>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "kiln/build/build.h"
@@ -52,6 +54,32 @@ Status AbsoluteRoot(const std::string& root, std::string* out) {
   return Status::OK();
 }
 
+// A name kiln can record: valid UTF-8 (manifest, build.json and verify's
+// JSON need it) without tabs or line breaks (sources.tsv, rejects.tsv).
+Status CheckName(const std::string& name, const std::string& where) {
+  std::string shown;  // non-ASCII bytes as \xNN, so the message itself is printable
+  for (unsigned char c : name) {
+    if (c >= 0x20 && c < 0x7f) {
+      shown += static_cast<char>(c);
+    } else {
+      static const char* kHex = "0123456789abcdef";
+      shown += std::string("\\x") + kHex[c >> 4] + kHex[c & 15];
+    }
+  }
+  if (name.find_first_of("\t\n\r") != std::string::npos)
+    return Status::InvalidArgument(where + ": \"" + shown +
+                                   "\" has a tab or line break in its name; rename it (kiln's "
+                                   "sources.tsv and rejects.tsv are tab-separated lines)");
+  try {
+    (void)nlohmann::json(name).dump();
+  } catch (const nlohmann::json::type_error&) {
+    return Status::InvalidArgument(where + ": \"" + shown +
+                                   "\" is not a UTF-8 name; rename it (kiln records paths and "
+                                   "class names in JSON, which needs UTF-8)");
+  }
+  return Status::OK();
+}
+
 // A relative path that stays inside the root: no absolute path, no "..".
 bool InsideRoot(const std::string& rel) {
   if (rel.empty() || rel[0] == '/') return false;
@@ -62,7 +90,21 @@ bool InsideRoot(const std::string& rel) {
 
 }  // namespace
 
+namespace {
+Status ListImageFolderOrThrow(const std::string& root, SourceList* out);
+}  // namespace
+
 Status ListImageFolder(const std::string& root, SourceList* out) {
+  try {
+    return ListImageFolderOrThrow(root, out);
+  } catch (const fs::filesystem_error& e) {
+    return Status::InvalidArgument(root + ": cannot list the source tree (" + e.what() +
+                                   "); a symbolic link loop or an unreadable folder?");
+  }
+}
+
+namespace {
+Status ListImageFolderOrThrow(const std::string& root, SourceList* out) {
   SourceList list;
   list.layout = "imagefolder";
   KILN_RETURN_IF_ERROR(AbsoluteRoot(root, &list.root));
@@ -74,11 +116,15 @@ Status ListImageFolder(const std::string& root, SourceList* out) {
     return Status::InvalidArgument(list.root +
                                    ": no class folders (expected SRC/<class>/<image files>)");
   for (size_t c = 0; c < classes.size(); ++c) {
+    KILN_RETURN_IF_ERROR(CheckName(classes[c], list.root));
     const fs::path dir = fs::path(list.root) / classes[c];
     std::vector<std::string> files;
+    // Paths as listed, below the root: a symbolic link keeps its own name
+    // (and its class), not its target's.
     for (const auto& e : fs::recursive_directory_iterator(dir, fs::directory_options::follow_directory_symlink))
       if (e.is_regular_file() && HasImageExtension(e.path().filename().string()))
-        files.push_back(fs::relative(e.path(), list.root).generic_string());
+        files.push_back(e.path().lexically_relative(list.root).generic_string());
+    for (const auto& f : files) KILN_RETURN_IF_ERROR(CheckName(f, list.root));
     if (files.empty())
       return Status::InvalidArgument(dir.string() +
                                      ": class folder holds no image files; remove it or add images");
@@ -96,6 +142,7 @@ Status ListImageFolder(const std::string& root, SourceList* out) {
   *out = std::move(list);
   return Status::OK();
 }
+}  // namespace
 
 Status ReadSourceList(const std::string& root, const std::string& list_path, SourceList* out) {
   SourceList list;
@@ -106,18 +153,23 @@ Status ReadSourceList(const std::string& root, const std::string& list_path, Sou
   list.layout = csv ? "csv" : "list";
   std::string line;
   int lineno = 0;
-  std::vector<std::pair<std::string, std::string>> rows;  // path, label text
+  struct Row {
+    std::string path, label, where;
+  };
+  std::vector<Row> rows;
+  bool header = !csv;  // a CSV's first line that is not a comment is its header
   while (std::getline(in, line)) {
     ++lineno;
+    if (lineno == 1 && line.compare(0, 3, "\xEF\xBB\xBF") == 0) line.erase(0, 3);  // a UTF-8 BOM
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty() || line[0] == '#') continue;
     const std::string where = list_path + ":" + std::to_string(lineno);
     std::string path, label;
     if (csv) {
-      if (rows.empty() && lineno == 1) {
+      if (!header) {
         if (line != "path,label")
           return Status::InvalidArgument(where + ": CSV header must be \"path,label\"");
-        rows.reserve(1024);
+        header = true;
         continue;
       }
       const size_t comma = line.rfind(',');
@@ -125,6 +177,16 @@ Status ReadSourceList(const std::string& root, const std::string& list_path, Sou
         return Status::InvalidArgument(where + ": expected \"path,label\", got \"" + line + "\"");
       path = line.substr(0, comma);
       label = line.substr(comma + 1);
+      // A quoted field, as Python's csv module writes one with a comma or a
+      // quote in it: "a,b.png" and "say ""hi"".png".
+      if (path.size() >= 2 && path.front() == '"' && path.back() == '"') {
+        std::string unq;
+        for (size_t i = 1; i + 1 < path.size(); ++i) {
+          unq += path[i];
+          if (path[i] == '"' && path[i + 1] == '"') ++i;
+        }
+        path = unq;
+      }
     } else {
       const size_t sp = line.find_last_of(" \t");
       if (sp == std::string::npos || sp == 0 || sp + 1 == line.size())
@@ -135,27 +197,45 @@ Status ReadSourceList(const std::string& root, const std::string& list_path, Sou
     }
     if (!InsideRoot(path))
       return Status::InvalidArgument(where + ": path \"" + path + "\" is outside " + list.root);
-    rows.emplace_back(path, label);
+    KILN_RETURN_IF_ERROR(CheckName(path, where));
+    KILN_RETURN_IF_ERROR(CheckName(label, where));
+    rows.push_back({path, label, where});
   }
-  // Labels: all integers -> used as given; otherwise class names, sorted.
+  // Labels: all integers -> class indices, used as given (0 or more, so that
+  // "-1" is an error, not a class name); otherwise class names, sorted.
+  auto integer = [](const std::string& t) {
+    const size_t digits = t[0] == '-' ? 1 : 0;
+    return t.size() > digits &&
+           std::all_of(t.begin() + digits, t.end(), [](unsigned char ch) { return std::isdigit(ch); });
+  };
   bool numeric = true;
-  for (const auto& r : rows)
-    numeric = numeric && !r.second.empty() &&
-              std::all_of(r.second.begin(), r.second.end(), [](unsigned char ch) { return std::isdigit(ch); });
+  for (const auto& r : rows) numeric = numeric && integer(r.label);
   std::map<std::string, int64_t> names;
   if (!numeric) {
-    for (const auto& r : rows) names[r.second] = 0;
+    for (const auto& r : rows) names[r.label] = 0;
     int64_t i = 0;
     for (auto& kv : names) {
       kv.second = i++;
       list.classes.push_back(kv.first);
     }
   }
+  // Numeric labels name classes 0..max: a class count beyond this is a typo.
+  constexpr int64_t kMaxClasses = 1 << 20;
   int64_t max_label = -1;
   for (const auto& r : rows) {
     SourceItem item;
-    item.rel_path = fs::path(r.first).lexically_normal().generic_string();
-    item.label = numeric ? std::stoll(r.second) : names[r.second];
+    item.rel_path = fs::path(r.path).lexically_normal().generic_string();
+    if (numeric) {
+      const auto [end, ec] = std::from_chars(r.label.data(), r.label.data() + r.label.size(), item.label);
+      if (ec != std::errc() || end != r.label.data() + r.label.size() || item.label < 0 ||
+          item.label >= kMaxClasses)
+        return Status::InvalidArgument(r.where + ": label " + r.label +
+                                       ": numeric labels are class indices 0.." +
+                                       std::to_string(kMaxClasses - 1) +
+                                       " (or give every line a class name)");
+    } else {
+      item.label = names[r.label];
+    }
     max_label = std::max(max_label, item.label);
     KILN_RETURN_IF_ERROR(Stat(list.root, &item).WithContext(list_path));
     list.items.push_back(std::move(item));

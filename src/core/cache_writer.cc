@@ -171,6 +171,7 @@ class CacheWriter::Impl {
     // The cache must not look complete while it changes.
     const std::string manifest = dir_ + "/" + kManifestName;
     if (Exists(manifest) && ::unlink(manifest.c_str()) != 0) return PosixError(manifest, errno);
+    if (opt_.prepare) KILN_RETURN_IF_ERROR(opt_.prepare());
     if (!opt_.resume) {
       if (Exists(dir_ + "/" + ShardFileName(0)))
         return Status::InvalidArgument(dir_ + ": already holds shards; remove it or resume");

@@ -1,5 +1,7 @@
 #include "core/lmdb_env.h"
 
+#include <sys/stat.h>
+
 #include <cerrno>
 
 namespace kiln {
@@ -31,6 +33,24 @@ Status LmdbEnv::OpenDbi(bool write) {
   return write ? txn.Commit() : Status::OK();  // a read txn's dbi stays open after abort
 }
 
+namespace {
+// A shard cut short (a copy that stopped, a full disk) must fail with a
+// message, not with SIGBUS when a page past the end of the file is read.
+Status CheckNotTruncated(MDB_env* env, const std::string& path) {
+  MDB_envinfo info;
+  MDB_stat st;
+  struct stat file;
+  if (mdb_env_info(env, &info) != MDB_SUCCESS || mdb_env_stat(env, &st) != MDB_SUCCESS ||
+      ::stat(path.c_str(), &file) != 0)
+    return Status::OK();  // nothing to compare; LMDB reports its own errors
+  const uint64_t need = (static_cast<uint64_t>(info.me_last_pgno) + 1) * st.ms_psize;
+  if (static_cast<uint64_t>(file.st_size) < need)
+    return Status::Corruption(path + ": truncated: " + std::to_string(file.st_size) +
+                              " bytes, its pages need " + std::to_string(need));
+  return Status::OK();
+}
+}  // namespace
+
 Status LmdbEnv::OpenForWrite(const std::string& path, uint64_t map_size) {
   Close();
   path_ = path;
@@ -41,6 +61,10 @@ Status LmdbEnv::OpenForWrite(const std::string& path, uint64_t map_size) {
   if (rc != MDB_SUCCESS) {
     Close();
     return LmdbStatus(rc, path);
+  }
+  if (Status t = CheckNotTruncated(env_, path); !t.ok()) {
+    Close();
+    return t;
   }
   MDB_envinfo info;
   mdb_env_info(env_, &info);
@@ -57,6 +81,10 @@ Status LmdbEnv::OpenForRead(const std::string& path, unsigned max_readers) {
     if (rc == MDB_SUCCESS) rc = mdb_env_set_maxreaders(env_, max_readers);
     if (rc == MDB_SUCCESS) rc = mdb_env_open(env_, path.c_str(), base | extra, 0644);
     if (rc == MDB_SUCCESS) {
+      if (Status t = CheckNotTruncated(env_, path); !t.ok()) {
+        Close();
+        return t;
+      }
       MDB_envinfo info;
       mdb_env_info(env_, &info);
       map_size_ = info.me_mapsize;

@@ -1,5 +1,6 @@
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -76,6 +77,21 @@ TEST_CASE("ImageFolder labels follow torchvision's sorted class order", "[build]
   CHECK(list.items[0].rel_path == "C/x.jpg");
   CHECK(list.items[0].label == 0);
   CHECK(list.items[3].label == 3);
+}
+
+TEST_CASE("a symbolic link in an ImageFolder keeps its own path and class", "[build]") {
+  TempDir src;
+  fs::create_directories(src / "a");
+  fs::create_directories(src / "b");
+  fs::copy_file(kPhotos + "/chelsea.jpg", src / "b/real.jpg");
+  fs::create_symlink("../b/real.jpg", src / "a/link.jpg");
+  build::SourceList list;
+  REQUIRE(build::ListImageFolder(src.path(), &list).ok());
+  REQUIRE(list.items.size() == 2);
+  CHECK(list.items[0].rel_path == "a/link.jpg");
+  CHECK(list.items[0].label == 0);
+  CHECK(list.items[1].rel_path == "b/real.jpg");
+  CHECK(list.items[1].label == 1);
 }
 
 TEST_CASE("an empty class folder is an error naming it", "[build]") {
@@ -251,6 +267,57 @@ TEST_CASE("bad inputs are skipped and listed, strict fails naming the first", "[
   CHECK(Kiln("build " + src.path() + " " + strict_out.path() + opts + " --strict", &log) == 1);
   CHECK_THAT(log, Catch::Contains("a/empty.png") && Catch::Contains("--strict"));
   CHECK_FALSE(fs::exists(strict_out / "manifest.json"));
+  // Running it again resumes the failed build: --strict still fails on it.
+  CHECK(Kiln("build " + src.path() + " " + strict_out.path() + opts + " --strict", &log) == 1);
+  CHECK_THAT(log, Catch::Contains("a/empty.png") && Catch::Contains("--strict"));
+  CHECK_FALSE(fs::exists(strict_out / "manifest.json"));
+  // A finished cache with rejects does not pass --strict as "up to date".
+  CHECK(Kiln("build " + src.path() + " " + out.path() + opts + " --strict", &log) == 1);
+  CHECK_THAT(log, Catch::Contains("a/empty.png") && Catch::Contains("--strict"));
+  CHECK(Kiln("verify " + out.path(), &log) == 0);  // and it stays as it was
+}
+
+TEST_CASE("a forced rebuild discards only under the directory lock; a damaged unfinished build says --force",
+          "[build]") {
+  TempDir src, out;
+  MakePhotoFolder(src.path(), 2);
+  const std::string cmd = "build " + src.path() + " " + out.path() + " --resize 32 --progress none";
+  std::string log;
+  REQUIRE(Kiln(cmd, &log) == 0);
+  const auto before = CacheFiles(out.path());
+  {
+    // Another build holds the directory: --force is refused and deletes nothing.
+    const int fd = ::open((out / ".kiln.lock").c_str(), O_RDWR | O_CREAT, 0644);
+    REQUIRE(fd >= 0);
+    REQUIRE(::flock(fd, LOCK_EX) == 0);
+    CHECK(Kiln(cmd + " --dtype float32 --force", &log) == 2);
+    CHECK_THAT(log, Catch::Contains("in use"));
+    ::close(fd);
+  }
+  CHECK(CacheFiles(out.path()) == before);
+  CHECK(Kiln("verify " + out.path(), &log) == 0);
+
+  // An unfinished build (a --strict failure at its last input leaves one)
+  // with unreadable recorded options: it says so and points at --force.
+  TempDir unfinished;
+  WriteFile(src / "dogs/zzz_bad.jpg", "not a jpeg");
+  const std::string cmd2 = "build " + src.path() + " " + unfinished.path() + " --resize 32 --progress none";
+  REQUIRE(Kiln(cmd2 + " --strict", &log) == 1);
+  REQUIRE(fs::exists(unfinished / "build.json"));
+  REQUIRE_FALSE(fs::exists(unfinished / "manifest.json"));
+  const std::string state = ReadFile(unfinished / "build.json");
+  WriteFile(unfinished / "build.json", "");  // as a kill during a non-atomic write left it
+  CHECK(Kiln(cmd2, &log) == 1);
+  CHECK_THAT(log, Catch::Contains("unreadable") && Catch::Contains("--force"));
+  // Readable again, but its shard cut short: a message, not SIGBUS.
+  WriteFile(unfinished / "build.json", state);
+  const std::string shard = ReadFile(unfinished / "shard-00000.mdb");
+  WriteFile(unfinished / "shard-00000.mdb", shard.substr(0, shard.size() / 2));
+  CHECK(Kiln(cmd2, &log) == 1);
+  CHECK_THAT(log, Catch::Contains("truncated") && Catch::Contains("--force"));
+  REQUIRE(Kiln(cmd2 + " --force", &log) == 0);
+  CHECK_THAT(log, Catch::Contains("starting over"));
+  CHECK(Kiln("verify " + unfinished.path(), &log) == 0);
 }
 
 TEST_CASE("list files and CSV", "[build]") {
@@ -276,6 +343,45 @@ TEST_CASE("list files and CSV", "[build]") {
     REQUIRE(build::ReadSourceList(root, out / "l.csv", &list).ok());
     CHECK(list.classes == std::vector<std::string>{"cat", "space"});
     CHECK(list.items[1].label == 1);
+  }
+  SECTION("numeric labels are indices, not names: 10 is not before 2; -1 is an error") {
+    WriteFile(out / "n.txt", "photos/chelsea.jpg 10\nphotos/coffee.jpg 2\n");
+    build::SourceList list;
+    REQUIRE(build::ReadSourceList(root, out / "n.txt", &list).ok());
+    CHECK(list.items[0].label == 10);
+    CHECK(list.items[1].label == 2);
+    CHECK(list.classes.size() == 11);
+    WriteFile(out / "neg.txt", "photos/chelsea.jpg 1\nphotos/coffee.jpg -1\n");
+    Status s = build::ReadSourceList(root, out / "neg.txt", &list);
+    CHECK(s.IsInvalidArgument());
+    CHECK_THAT(s.message(), Catch::Contains("neg.txt:2") && Catch::Contains("label -1"));
+    WriteFile(out / "big.txt", "photos/chelsea.jpg 99999999999999999999\n");
+    s = build::ReadSourceList(root, out / "big.txt", &list);
+    CHECK_THAT(s.message(), Catch::Contains("big.txt:1") && Catch::Contains("class indices"));
+    WriteFile(out / "many.txt", "photos/chelsea.jpg 300000000\n");
+    CHECK(build::ReadSourceList(root, out / "many.txt", &list).IsInvalidArgument());
+  }
+  SECTION("CSV as Python's csv module writes it: BOM, comment, quoted path") {
+    fs::create_directories(out / "root/a,b");
+    fs::copy_file(kPhotos + "/chelsea.jpg", out / "root/a,b/c.jpg");
+    WriteFile(out / "q.csv", "\xEF\xBB\xBF# made by hand\npath,label\r\n\"a,b/c.jpg\",cat\r\n");
+    build::SourceList list;
+    Status s = build::ReadSourceList(out / "root", out / "q.csv", &list);
+    INFO(s.ToString());
+    REQUIRE(s.ok());
+    REQUIRE(list.items.size() == 1);
+    CHECK(list.items[0].rel_path == "a,b/c.jpg");
+  }
+  SECTION("names kiln cannot record are refused up front, naming them") {
+    WriteFile(out / "tab.txt", "photos/che\tlsea.jpg 1\n");
+    build::SourceList list;
+    Status s = build::ReadSourceList(root, out / "tab.txt", &list);
+    CHECK(s.IsInvalidArgument());
+    fs::create_directories(out / "img/caf\xe9");
+    fs::copy_file(kPhotos + "/chelsea.jpg", out / "img/caf\xe9/c.jpg");
+    s = build::ListImageFolder(out / "img", &list);
+    CHECK(s.IsInvalidArgument());
+    CHECK_THAT(s.message(), Catch::Contains("caf\\xe9") && Catch::Contains("UTF-8"));
   }
   SECTION("bad lines name the line") {
     WriteFile(out / "bad.txt", "photos/chelsea.jpg 1\nnolabel\n");
@@ -442,6 +548,25 @@ TEST_CASE("parts built apart and merged equal a one-part build, record for recor
   // The one-part command sees the merged cache as its own.
   REQUIRE(Kiln("build " + kFashion + " " + parts.path() + opts, &log) == 0);
   CHECK_THAT(log, Catch::Contains("up to date"));
+  // And repairs it: a damaged record is rewritten to the one-part bytes.
+  std::string payload, shard;
+  {
+    std::unique_ptr<CacheReader> merged;
+    REQUIRE(CacheReader::Open(parts.path(), ReaderOptions(), &merged).ok());
+    RecordView v;
+    REQUIRE(merged->BeginRead()->Get(merged->size() - 1, &v).ok());
+    payload.assign(reinterpret_cast<const char*>(v.data), 64);
+    shard = parts / merged->manifest().shards.back().file;
+  }
+  std::string bytes = ReadFile(shard);
+  const size_t at = bytes.find(payload);
+  REQUIRE(at != std::string::npos);
+  bytes[at + 10] ^= 0x10;
+  WriteFile(shard, bytes);
+  CHECK(Kiln("verify " + parts.path(), &log) == 1);
+  REQUIRE(Kiln("build " + kFashion + " " + parts.path() + opts + " --repair", &log) == 0);
+  CHECK(Kiln("verify " + parts.path(), &log) == 0);
+  CHECK(Records(parts.path()) == Records(one.path()));
 }
 
 TEST_CASE("parts from the launcher's environment, with a validation split", "[build][merge]") {
