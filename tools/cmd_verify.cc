@@ -1,7 +1,9 @@
 // kiln verify CACHE: proves a cache intact and complete.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -54,7 +56,8 @@ std::function<void(const Progress&)> MakeProgress(const std::string& dir,
   };
 }
 
-int RunVerify(const VerifyArgs& a) {
+// Verifies one cache; with --json its report goes to *json_out if given.
+int VerifyOne(const VerifyArgs& a, std::string* json_out = nullptr) {
   VerifyOptions o;
   Status s = ParseVerifyLevel(a.level, &o.level);
   if (!s.ok()) return ReportError("verify", s);
@@ -78,7 +81,9 @@ int RunVerify(const VerifyArgs& a) {
   }
   if (!s.ok()) return ReportError("verify", s);
   if (a.json) {
-    std::cout << VerifyReportToJson(a.dir, r);
+    const std::string doc = VerifyReportToJson(a.dir, r);
+    if (json_out != nullptr) *json_out = doc;
+    else std::cout << doc;
   } else {
     std::cout << "kiln verify " << a.dir << " (level " << VerifyLevelName(r.level) << "): "
               << r.records_checked << " records";
@@ -100,6 +105,31 @@ int RunVerify(const VerifyArgs& a) {
                                   " problem(s); rebuild the cache (kiln build --force)\n");
   }
   return r.clean() ? kExitOk : kExitBadData;
+}
+
+// `kiln build --val-fraction` writes OUT/train and OUT/val: `kiln verify
+// OUT` checks both (with --json: {"splits": {"train": ..., "val": ...}}).
+int RunVerify(const VerifyArgs& a) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const bool cache = fs::exists(fs::path(a.dir) / "manifest.json", ec) ||
+                     fs::exists(fs::path(a.dir) / "build.json", ec) ||
+                     !fs::is_directory(a.dir, ec);
+  std::vector<std::string> splits;
+  for (const char* split : {"train", "val"})
+    if (!cache && fs::is_directory(fs::path(a.dir) / split, ec)) splits.push_back(split);
+  if (splits.empty()) return VerifyOne(a);
+  int rc = kExitOk;
+  nlohmann::json docs = nlohmann::json::object();
+  for (const std::string& split : splits) {
+    VerifyArgs one = a;
+    one.dir = (fs::path(a.dir) / split).string();
+    std::string doc;
+    rc = std::max(rc, VerifyOne(one, &doc));
+    if (a.json && !doc.empty()) docs[split] = nlohmann::json::parse(doc);
+  }
+  if (a.json) std::cout << nlohmann::json{{"splits", docs}}.dump(2) << "\n";
+  return rc;
 }
 
 KILN_COMMAND(Command{"verify", "Check a cache: manifest, shards, headers, checksums, sources", 20,

@@ -13,6 +13,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include <xxhash.h>
+
 #include "core/file_util.h"
 
 #ifndef KILN_VERSION_STRING
@@ -40,6 +42,16 @@ int Manifest::ShardFor(uint64_t index) const {
   return index < shards[s].first + shards[s].count ? s : -1;
 }
 
+namespace {
+// XXH3-64 of {"classes": ..., "preprocessing": ...} as compact JSON (keys
+// sorted): what the loader takes from the manifest besides the shards -
+// class names and, for uint8 caches, mean/std - so that an edit shows.
+std::string MetaDigest(const json& classes, const json& preprocessing) {
+  const std::string text = json{{"classes", classes}, {"preprocessing", preprocessing}}.dump();
+  return DigestHex(XXH3_64bits(text.data(), text.size()));
+}
+}  // namespace
+
 std::string ManifestToJson(const Manifest& m) {
   json j;
   j["format"] = "kiln-cache";
@@ -60,6 +72,7 @@ std::string ManifestToJson(const Manifest& m) {
     j["part"] = {{"index", m.part_index}, {"of", m.part_count}, {"first", m.first_index}};
   json pre = json::parse(m.preprocessing_json, nullptr, /*allow_exceptions=*/false);
   j["preprocessing"] = pre.is_object() ? pre : json::object();
+  j["meta_digest"] = MetaDigest(j["classes"], j["preprocessing"]);
   return j.dump(2) + "\n";
 }
 
@@ -127,6 +140,13 @@ Status ManifestFromJson(const std::string& text, const std::string& where, Manif
                                 " records but \"count\" says " + std::to_string(m.count));
     if (j.contains("preprocessing") && j["preprocessing"].is_object())
       m.preprocessing_json = j["preprocessing"].dump();
+    if (j.contains("meta_digest") &&  // absent in manifests of kiln before 2026-12
+        j["meta_digest"].get<std::string>() !=
+            MetaDigest(j.value("classes", json::array()), j.value("preprocessing", json::object())))
+      return Status::Corruption(
+          where + ": \"classes\" or \"preprocessing\" was changed after the build (meta_digest "
+                  "does not match): the records were made with other labels or normalization; "
+                  "restore the file or rebuild the cache (kiln build --force)");
     *out = std::move(m);
   } catch (const json::exception& e) {
     return Status::Corruption(where + ": missing or mistyped field (" + e.what() + ")");

@@ -410,6 +410,15 @@ TEST_CASE("val-fraction splits deterministically by path", "[build]") {
   CHECK(tr->size() + va->size() == 300);
   CHECK(va->size() > 30);
   CHECK(va->size() < 90);
+  // `kiln verify OUT` checks both splits; a damaged one fails it.
+  std::string log;
+  CHECK(Kiln("verify " + out.path(), &log) == 0);
+  CHECK_THAT(log, Catch::Contains(out / "train") && Catch::Contains(out / "val"));
+  CHECK(Kiln("verify " + out.path() + " --json", &log) == 0);
+  CHECK_THAT(log, Catch::Contains("\"splits\"") && Catch::Contains("\"val\""));
+  fs::remove(out / "val/manifest.json");
+  CHECK(Kiln("verify " + out.path(), &log) == 1);
+  CHECK_THAT(log, Catch::Contains("incomplete"));
 }
 
 TEST_CASE("verify sources and deep levels against the build's sources", "[build][verify]") {

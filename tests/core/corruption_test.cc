@@ -245,6 +245,25 @@ TEST_CASE("the manifest edited or missing", "[corruption]") {
     CHECK(r.problems[0].shard == "shard-00000.mdb");
     CHECK_THAT(r.problems[0].what, Catch::Contains("digest"));
   }
+  SECTION("class names or preprocessing edited") {
+    const std::string original = m;
+    m.replace(m.find("\"class0\""), 8, "\"classX\"");
+    WriteFile(dir / "manifest.json", m);
+    VerifyReport r = Verify(dir, VerifyLevel::kQuick);
+    INFO(Dump(r));
+    REQUIRE(!r.clean());
+    CHECK_THAT(r.problems[0].what, Catch::Contains("classes") && Catch::Contains("meta_digest"));
+    CHECK(Kiln("verify " + dir.path() + " --level quick", &out) == 1);
+    std::unique_ptr<CacheReader> reader;
+    CHECK(CacheReader::Open(dir.path(), ReaderOptions(), &reader).IsCorruption());
+    // A manifest without the digest (an older kiln's) is read as before.
+    std::string old = original;  // its line, "meta_digest": "...", (keys after it follow)
+    const size_t at = old.find("  \"meta_digest\"");
+    REQUIRE(at != std::string::npos);
+    old.erase(at, old.find('\n', at) + 1 - at);
+    WriteFile(dir / "manifest.json", old);
+    CHECK(Verify(dir).clean());
+  }
   SECTION("not JSON") {
     WriteFile(dir / "manifest.json", m.substr(0, m.size() / 2));
     CHECK(!Verify(dir).clean());
