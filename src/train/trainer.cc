@@ -2,13 +2,16 @@
 
 #include <dlfcn.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -188,6 +191,15 @@ Status OpenCache(const std::string& dir, bool verify, std::unique_ptr<CacheReade
   return CacheReader::Open(dir, ReaderOptions{}, out);
 }
 
+// The epoch a mid-epoch checkpoint stopped in, up to that point, over all
+// ranks: a resumed run adds to these, so the epoch's loss and accuracy are
+// those of the uninterrupted run.
+struct EpochSoFar {
+  double loss_sum = 0;  // sum of the per-sample losses
+  int64_t correct = 0, samples = 0;
+  double seconds = 0, wait_seconds = 0;  // training time and data waits
+};
+
 struct Checkpoint {
   int64_t epoch = 0;          // the epoch to continue
   int64_t step_in_epoch = 0;  // optimizer steps of that epoch already done
@@ -197,7 +209,108 @@ struct Checkpoint {
   int64_t batch_size = 0;
   int accum_steps = 1;
   std::string model;
+  EpochSoFar so_far;
+  // The options it must be continued with (Trainer::Settings), by option
+  // name; only those recorded are checked (older checkpoints have only
+  // --model, --batch-size and --accum-steps).
+  json settings = json::object();
+  // The names of the parameters in each optimizer group, whose state
+  // optimizer.pt holds by position; empty in older checkpoints.
+  std::vector<std::vector<std::string>> groups;
 };
+
+// A checkpoint directory as a path whose last part names it: no trailing
+// separator and no "." or ".." parts (an absolute path when those were its
+// last part), so that DIR.partial and DIR.old are its siblings. "ck/" +
+// ".partial" would be a folder inside ck, and ck cannot be renamed into it.
+fs::path CheckpointDir(const std::string& dir) {
+  auto normal = [](const fs::path& p) {
+    std::string s = p.lexically_normal().string();
+    while (s.size() > 1 && s.back() == '/') s.pop_back();
+    return fs::path(s);
+  };
+  fs::path p = normal(dir);
+  if (p.filename() == "." || p.filename() == "..") {
+    std::error_code ec;
+    const fs::path absolute = fs::absolute(p, ec);
+    if (!ec) p = normal(absolute);
+  }
+  return p;
+}
+
+fs::path Sibling(const fs::path& dir, const std::string& suffix) {
+  return fs::path(dir.string() + suffix);
+}
+
+// A checkpoint is complete once its state.json exists: SaveCheckpoint
+// renames it into place after every other file is written.
+bool IsComplete(const fs::path& dir) {
+  std::error_code ec;
+  return fs::is_regular_file(dir / "state.json", ec);
+}
+
+// OK when a save may replace `dir`: absent, an empty directory or a
+// checkpoint. Each save replaces the whole directory, so a directory of
+// other files would be deleted.
+Status CheckReplaceable(const fs::path& dir) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(dir, ec);
+  if (!fs::exists(st)) return Status::OK();
+  if (!fs::is_directory(st))
+    return Status::InvalidArgument(dir.string() +
+                                   " exists and is not a directory; give a new directory for the "
+                                   "checkpoint or one that --save wrote");
+  if (IsComplete(dir) || fs::is_empty(dir, ec)) return Status::OK();
+  return Status::InvalidArgument(
+      dir.string() +
+      " holds other files and no kiln checkpoint (no state.json); each save replaces the whole "
+      "directory, so give a new directory or one that --save wrote");
+}
+
+// The start-up check of --save: that the checkpoint directory may be
+// replaced, and that its parent can be created and written (a save creates
+// and renames siblings there), so a bad path fails now, not after an epoch.
+Status CheckSaveLocation(const std::string& save) {
+  const std::string option = "--save " + save;
+  const fs::path dir = CheckpointDir(save);
+  if (dir.filename().empty())
+    return Status::InvalidArgument(option + ": give a directory to hold the checkpoint, not " +
+                                   dir.string());
+  KILN_RETURN_IF_ERROR(CheckReplaceable(dir).WithContext(option));
+  const fs::path parent = dir.has_parent_path() ? dir.parent_path() : fs::path(".");
+  std::error_code ec;
+  fs::create_directories(parent, ec);
+  if (ec)
+    return Status::IOError(option + ": cannot create " + parent.string() + ": " + ec.message() +
+                           "; choose a location that can be written");
+  const fs::path probe = Sibling(dir, ".write-test-" + std::to_string(::getpid()));
+  std::FILE* f = std::fopen(probe.c_str(), "wb");
+  if (f == nullptr)
+    return Status::IOError(option + ": cannot write in " + parent.string() + ": " +
+                           std::strerror(errno) + "; choose a location that can be written");
+  std::fclose(f);
+  fs::remove(probe, ec);
+  return Status::OK();
+}
+
+// The checkpoint that --resume DIR names, in *found: DIR when complete.
+// A save stopped between its two renames (DIR -> DIR.old, DIR.partial ->
+// DIR) leaves no DIR: then DIR.partial, the newer, when complete (its
+// state.json is written last), else DIR.old. *fallback says it was one of
+// those.
+Status FindCheckpoint(const std::string& dir, std::string* found, bool* fallback) {
+  const fs::path d = CheckpointDir(dir);
+  const fs::path candidates[] = {d, Sibling(d, ".partial"), Sibling(d, ".old")};
+  for (const fs::path& c : candidates) {
+    if (!IsComplete(c)) continue;
+    *found = c == d ? dir : c.string();
+    *fallback = c != d;
+    return Status::OK();
+  }
+  return Status::NotFound(dir + ": not a kiln checkpoint (no state.json, nor a complete " +
+                          candidates[1].string() + " or " + candidates[2].string() +
+                          " from an interrupted save); give the directory that --save wrote");
+}
 
 Status WriteText(const fs::path& path, const std::string& text) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
@@ -207,12 +320,31 @@ Status WriteText(const fs::path& path, const std::string& text) {
   return Status::OK();
 }
 
-// Writes DIR.partial/ in full, then swaps it in for DIR: a crash leaves
-// either the old checkpoint or the new one, never a mix.
+// Writes DIR.partial/ in full, state.json last (by rename), then swaps it in
+// for DIR: DIR -> DIR.old, DIR.partial -> DIR, DIR.old deleted. A crash at
+// any point leaves a complete checkpoint as DIR, or, between the two renames,
+// as DIR.partial and DIR.old (FindCheckpoint takes those). DIR.partial and
+// DIR.old are deleted only while DIR is complete, so a save never deletes the
+// only complete copy.
 Status SaveCheckpoint(const std::string& dir, Model& model, torch::optim::Optimizer& opt,
                       const Checkpoint& c) {
-  const fs::path final_dir(dir), partial(dir + ".partial"), old(dir + ".old");
+  const fs::path final_dir = CheckpointDir(dir), partial = Sibling(final_dir, ".partial"),
+                 old = Sibling(final_dir, ".old");
   std::error_code ec;
+  if (!IsComplete(final_dir)) {
+    KILN_RETURN_IF_ERROR(CheckReplaceable(final_dir));
+    // An earlier save stopped between its renames: first make the newest
+    // complete copy DIR again.
+    for (const fs::path& spare : {partial, old}) {
+      if (!IsComplete(spare)) continue;
+      fs::remove(final_dir, ec);  // absent or empty
+      fs::rename(spare, final_dir, ec);
+      if (ec)
+        return Status::IOError(dir + ": cannot restore the checkpoint " + spare.string() +
+                               " left by an interrupted save: " + ec.message());
+      break;
+    }
+  }
   fs::remove_all(partial, ec);
   fs::create_directories(partial, ec);
   if (ec) return Status::IOError(partial.string() + ": " + ec.message());
@@ -234,23 +366,35 @@ Status SaveCheckpoint(const std::string& dir, Model& model, torch::optim::Optimi
             {"skipped_steps", c.skipped},
             {"batch_size", c.batch_size},
             {"accum_steps", c.accum_steps},
-            {"model", c.model}};
-  KILN_RETURN_IF_ERROR(WriteText(partial / "state.json", j.dump(2) + "\n"));
-  fs::remove_all(old, ec);
-  if (fs::exists(final_dir)) fs::rename(final_dir, old, ec);
-  if (ec) return Status::IOError(dir + ": cannot replace the previous checkpoint: " + ec.message());
+            {"model", c.model},
+            {"epoch_so_far",
+             {{"loss_sum", c.so_far.loss_sum},
+              {"correct", c.so_far.correct},
+              {"samples", c.so_far.samples},
+              {"seconds", c.so_far.seconds},
+              {"data_wait_seconds", c.so_far.wait_seconds}}},
+            {"settings", c.settings},
+            {"param_groups", c.groups}};
+  KILN_RETURN_IF_ERROR(WriteText(partial / "state.json.tmp", j.dump(2) + "\n"));
+  fs::rename(partial / "state.json.tmp", partial / "state.json", ec);
+  if (ec) return Status::IOError((partial / "state.json").string() + ": " + ec.message());
+  if (fs::exists(final_dir)) {  // complete, or empty
+    fs::remove_all(old, ec);
+    if (!ec) fs::rename(final_dir, old, ec);
+    if (ec)
+      return Status::IOError(dir + ": cannot replace the previous checkpoint: " + ec.message());
+  }
   fs::rename(partial, final_dir, ec);
   if (ec) return Status::IOError(dir + ": " + ec.message());
   fs::remove_all(old, ec);
   return Status::OK();
 }
 
+// Reads the state.json of the complete checkpoint `dir` (FindCheckpoint's).
 Status ReadCheckpointState(const std::string& dir, Checkpoint* c) {
   const fs::path p = fs::path(dir) / "state.json";
   std::ifstream f(p);
-  if (!f)
-    return Status::NotFound(dir + ": not a kiln checkpoint (no state.json); give the directory "
-                            "that --save wrote");
+  if (!f) return Status::IOError(p.string() + ": cannot read");
   try {
     json j = json::parse(f);
     c->epoch = j.at("epoch").get<int64_t>();
@@ -262,10 +406,55 @@ Status ReadCheckpointState(const std::string& dir, Checkpoint* c) {
     c->batch_size = j.at("batch_size").get<int64_t>();
     c->accum_steps = j.at("accum_steps").get<int>();
     c->model = j.at("model").get<std::string>();
+    // Fields older checkpoints lack.
+    if (j.contains("epoch_so_far")) {
+      const json& e = j.at("epoch_so_far");
+      c->so_far.loss_sum = e.at("loss_sum").get<double>();
+      c->so_far.correct = e.at("correct").get<int64_t>();
+      c->so_far.samples = e.at("samples").get<int64_t>();
+      c->so_far.seconds = e.at("seconds").get<double>();
+      c->so_far.wait_seconds = e.at("data_wait_seconds").get<double>();
+    }
+    c->settings = {{"--model", c->model},
+                   {"--batch-size", c->batch_size},
+                   {"--accum-steps", c->accum_steps}};
+    if (j.contains("settings")) c->settings.update(j.at("settings"));
+    if (j.contains("param_groups"))
+      c->groups = j.at("param_groups").get<std::vector<std::vector<std::string>>>();
   } catch (const json::exception& e) {
     return Status::Corruption(p.string() + ": " + e.what());
   }
   return Status::OK();
+}
+
+// How a message shows `option` set to `value` in a run: "--seed 5",
+// "--flip", "no --lr-head", "WORLD_SIZE=2".
+std::string Shown(const std::string& option, const json& value) {
+  if (option.rfind("--", 0) != 0) return option + "=" + value.dump();
+  if (value.is_boolean()) return value.get<bool>() ? option : "no " + option;
+  if (value.is_array()) {
+    std::string all;
+    for (const auto& v : value) all += (all.empty() ? "" : ",") + v.get<std::string>();
+    return all.empty() ? "no " + option : option + " " + all;
+  }
+  if (value.is_string()) {
+    const std::string s = value.get<std::string>();
+    return s.empty() ? "no " + option : option + " " + s;
+  }
+  if (option == "--lr-head" && value.get<double>() < 0) return "no " + option;
+  return option + " " + value.dump();
+}
+
+// "2 group(s): fc1.weight ... fc2.bias (4 tensors); fc.weight ... fc.bias (2 tensors)".
+std::string DescribeGroups(const std::vector<std::vector<std::string>>& groups) {
+  std::string s = std::to_string(groups.size()) + " group(s)";
+  for (size_t g = 0; g < groups.size(); ++g) {
+    s += g == 0 ? ": " : "; ";
+    s += groups[g].empty() ? "empty"
+                           : groups[g].front() + " ... " + groups[g].back() + " (" +
+                                 std::to_string(groups[g].size()) + " tensors)";
+  }
+  return s;
 }
 
 // The accumulators of a stretch of training, on the device: read only at
@@ -299,11 +488,15 @@ class Trainer {
   BatchTrial Trial(int64_t batch);
   TensorLoaderOptions LoaderFor(int64_t batch, bool train) const;
   Status MakeOptimizer();
+  json Settings() const;
+  Status ReadResume();
   Status Resume();
+  Status RestoreOptimizer();
   Status Step(TensorLoader& loader, Meter& meter, bool* epoch_end, bool* stop);
   Status Evaluate(EpochStats* stats);
   void Metric(const json& j);
-  Status Save(const std::string& dir, int64_t epoch, int64_t step_in_epoch);
+  Status Save(const std::string& dir, int64_t epoch, int64_t step_in_epoch,
+              const EpochSoFar& so_far = {});
 
   bool lead() const { return !dist_ || dist_->rank() == 0; }
   // Sums and averages the trainable gradients over the ranks, with the
@@ -326,8 +519,10 @@ class Trainer {
   LossScaler scaler_{LossScalerOptions{false}};
   std::vector<torch::Tensor> trainable_;
   std::vector<std::string> optimized_;
+  std::vector<std::vector<std::string>> groups_;  // optimized_, by optimizer group
   int64_t batch_ = 0;
-  Checkpoint start_;  // where this run starts (a resumed checkpoint or zero)
+  std::string resume_dir_;  // the checkpoint --resume reads (FindCheckpoint)
+  Checkpoint start_;        // where this run starts (a resumed checkpoint or zero)
   int64_t global_step_ = 0;
   bool first_batch_checked_ = false;
   std::ofstream metrics_;
@@ -345,6 +540,9 @@ Status Trainer::Setup() {
                                    ": expected constant, step, cosine or onecycle");
   if (o_.lr_scaling != "none" && o_.lr_scaling != "linear" && o_.lr_scaling != "sqrt")
     return Status::InvalidArgument("--lr-scaling " + o_.lr_scaling + ": expected none, linear or sqrt");
+  if (o_.base_batch < 1)
+    return Status::InvalidArgument("--base-batch " + std::to_string(o_.base_batch) +
+                                   ": must be at least 1 (the batch size --lr was chosen for)");
   if (o_.threads > 0) torch::set_num_threads(o_.threads);
 
   // Launched like torchrun: one process per rank, rank 0 logs and saves.
@@ -354,6 +552,7 @@ Status Trainer::Setup() {
     if (!lead()) out_.rdbuf(&null_buffer_);
     out_ << "dist   " << joined << ": each rank trains on its share of every epoch\n";
   }
+  if (!o_.save.empty() && lead()) KILN_RETURN_IF_ERROR(CheckSaveLocation(o_.save));
 
   // Device: one for model and data (under a launcher, LOCAL_RANK's GPU).
   const char* local_rank = std::getenv("LOCAL_RANK");
@@ -592,13 +791,16 @@ Status Trainer::MakeOptimizer() {
   const double lr = o_.lr * factor;
   const double lr_head = (o_.lr_head >= 0 ? o_.lr_head : o_.lr) * factor;
   std::vector<torch::Tensor> body, head;
+  std::vector<std::string> body_names, head_names;
   const std::string& h = model_.head();
   optimized_.clear();
   for (const auto& [name, p] : model_.Parameters(true)) {
     const bool in_head = !h.empty() && o_.lr_head >= 0 && name.rfind(h + ".", 0) == 0;
     (in_head ? head : body).push_back(p);
+    (in_head ? head_names : body_names).push_back(name);
     optimized_.push_back(name);
   }
+  groups_.clear();
   std::vector<torch::optim::OptimizerParamGroup> groups;
   base_lr_.clear();
   auto options = [&](double rate) -> std::unique_ptr<torch::optim::OptimizerOptions> {
@@ -612,10 +814,12 @@ Status Trainer::MakeOptimizer() {
   };
   if (!body.empty()) {
     groups.emplace_back(body, options(lr));
+    groups_.push_back(body_names);
     base_lr_.push_back(lr);
   }
   if (!head.empty()) {
     groups.emplace_back(head, options(lr_head));
+    groups_.push_back(head_names);
     base_lr_.push_back(lr_head);
   }
   if (o_.optimizer == "adamw")
@@ -632,27 +836,101 @@ Status Trainer::MakeOptimizer() {
   return Status::OK();
 }
 
-Status Trainer::Resume() {
+// The options a checkpoint must be continued with, by option name: those
+// that decide the model, the sample order and augmentation (WORLD_SIZE
+// shares each epoch among the ranks), and the optimizer's state, which
+// optimizer.pt holds per group by position. --batch-size is the one used
+// (chosen, when automatic) in a checkpoint, and only an explicit one is
+// compared. Everything else may change on resume: --epochs to extend the
+// training, --lr and the schedule, logging and outputs, threads.
+json Trainer::Settings() const {
+  json s = {{"--model", o_.model},
+            {"--seed", o_.seed},
+            {"--crop", o_.crop},
+            {"--flip", o_.flip},
+            {"--freeze", o_.freeze},
+            {"--freeze-until", o_.freeze_until},
+            {"--lr-head", o_.lr_head},
+            {"--optimizer", o_.optimizer},
+            {"--accum-steps", o_.accum_steps},
+            {"WORLD_SIZE", dist_ ? dist_->world() : 1}};
+  if (batch_ > 0) s["--batch-size"] = batch_;
+  else if (o_.batch_size > 0) s["--batch-size"] = o_.batch_size;
+  return s;
+}
+
+// Finds and reads the --resume checkpoint and refuses settings other than
+// its own, before the model is built.
+Status Trainer::ReadResume() {
   if (o_.resume.empty()) return Status::OK();
-  KILN_RETURN_IF_ERROR(ReadCheckpointState(o_.resume, &start_));
-  if (start_.model != o_.model)
-    return Status::InvalidArgument("--resume " + o_.resume + ": the checkpoint trained model '" +
-                                   start_.model + "', this run asks for '" + o_.model + "'");
-  if ((o_.batch_size > 0 && o_.batch_size != start_.batch_size) ||
-      o_.accum_steps != start_.accum_steps)
-    return Status::InvalidArgument(
-        "--resume " + o_.resume + ": the checkpoint used batch " +
-        std::to_string(start_.batch_size) + " x " + std::to_string(start_.accum_steps) +
-        " accumulation; give the same --batch-size and --accum-steps to continue it exactly");
-  InitReport r;
-  KILN_RETURN_IF_ERROR(model_.InitFrom(o_.resume, &r));
-  if (!r.fresh.empty())
-    return Status::Corruption("--resume " + o_.resume + ": the checkpoint lacks " + r.fresh.front() +
-                              " (" + std::to_string(r.fresh.size()) + " tensors in all)");
+  bool fallback = false;
+  KILN_RETURN_IF_ERROR(FindCheckpoint(o_.resume, &resume_dir_, &fallback).WithContext("--resume"));
+  if (fallback)
+    out_ << "resume " << o_.resume << " has no state.json: a save was stopped while replacing it; "
+         << "using " << resume_dir_ << ", the newest complete checkpoint it left\n";
+  KILN_RETURN_IF_ERROR(ReadCheckpointState(resume_dir_, &start_));
+  const json now = Settings();
+  for (const auto& [option, value] : now.items()) {
+    if (!start_.settings.contains(option)) continue;  // an older checkpoint
+    const json& then = start_.settings.at(option);
+    // --lr-head's rate may change like --lr's; whether the head has an
+    // optimizer group of its own may not.
+    const bool same =
+        option == "--lr-head"
+            ? then.is_number() && (then.get<double>() >= 0) == (value.get<double>() >= 0)
+            : then == value;
+    if (!same)
+      return Status::InvalidArgument("--resume " + o_.resume + ": made with " +
+                                     Shown(option, then) + ", this run has " +
+                                     Shown(option, value) +
+                                     "; use the same options or start without --resume");
+  }
   return Status::OK();
 }
 
-Status Trainer::Save(const std::string& dir, int64_t epoch, int64_t step_in_epoch) {
+// The resumed checkpoint's weights, after the model is built.
+Status Trainer::Resume() {
+  if (o_.resume.empty()) return Status::OK();
+  InitReport r;
+  KILN_RETURN_IF_ERROR(model_.InitFrom(resume_dir_, &r));
+  if (!r.fresh.empty())
+    return Status::Corruption("--resume " + resume_dir_ + ": the checkpoint lacks " +
+                              r.fresh.front() + " (" + std::to_string(r.fresh.size()) +
+                              " tensors in all)");
+  return Status::OK();
+}
+
+// The resumed checkpoint's optimizer, random generator, loss scaler and
+// step, after the optimizer is made.
+Status Trainer::RestoreOptimizer() {
+  if (o_.resume.empty()) return Status::OK();
+  // The settings check above covers the options; this catches the rest (a
+  // TorchScript --model file whose parameters changed).
+  if (!start_.groups.empty() && start_.groups != groups_)
+    return Status::InvalidArgument(
+        "--resume " + o_.resume + ": the checkpoint's optimizer state is for " +
+        DescribeGroups(start_.groups) + ", this run optimizes " + DescribeGroups(groups_) +
+        "; use the same --model, --freeze, --freeze-until and --lr-head, or start without "
+        "--resume");
+  try {
+    torch::load(*opt_, (fs::path(resume_dir_) / "optimizer.pt").string());
+    torch::Tensor rng;
+    torch::load(rng, (fs::path(resume_dir_) / "rng.pt").string());
+    at::Generator gen = at::detail::getDefaultCPUGenerator();
+    gen.set_state(rng);
+  } catch (const c10::Error& e) {
+    return Status::Corruption("--resume " + resume_dir_ + ": cannot restore the optimizer: " +
+                              e.what_without_backtrace());
+  }
+  scaler_.Restore(start_.scale, start_.growth_tracker, start_.skipped);
+  global_step_ = start_.global_step;
+  out_ << "resume " << resume_dir_ << ": epoch " << start_.epoch + 1 << ", step "
+       << start_.step_in_epoch << " of it, " << global_step_ << " steps done\n";
+  return Status::OK();
+}
+
+Status Trainer::Save(const std::string& dir, int64_t epoch, int64_t step_in_epoch,
+                     const EpochSoFar& so_far) {
   if (!lead()) return Status::OK();
   Checkpoint c;
   c.epoch = epoch;
@@ -664,6 +942,9 @@ Status Trainer::Save(const std::string& dir, int64_t epoch, int64_t step_in_epoc
   c.batch_size = batch_;
   c.accum_steps = o_.accum_steps;
   c.model = o_.model;
+  c.so_far = so_far;
+  c.settings = Settings();
+  c.groups = groups_;
   return SaveCheckpoint(dir, model_, *opt_, c);
 }
 
@@ -784,26 +1065,12 @@ Status Trainer::Evaluate(EpochStats* stats) {
 Status Trainer::Run(TrainResult* result) {
   SigintScope sigint;
   KILN_RETURN_IF_ERROR(Setup());
+  KILN_RETURN_IF_ERROR(ReadResume());
   KILN_RETURN_IF_ERROR(BuildModel());
   KILN_RETURN_IF_ERROR(Resume());
   KILN_RETURN_IF_ERROR(ChooseBatchSize());
   KILN_RETURN_IF_ERROR(MakeOptimizer());
-  if (!o_.resume.empty()) {
-    try {
-      torch::load(*opt_, (fs::path(o_.resume) / "optimizer.pt").string());
-      torch::Tensor rng;
-      torch::load(rng, (fs::path(o_.resume) / "rng.pt").string());
-      at::Generator gen = at::detail::getDefaultCPUGenerator();
-      gen.set_state(rng);
-    } catch (const c10::Error& e) {
-      return Status::Corruption("--resume " + o_.resume + ": cannot restore the optimizer: " +
-                                e.what_without_backtrace());
-    }
-    scaler_.Restore(start_.scale, start_.growth_tracker, start_.skipped);
-    global_step_ = start_.global_step;
-    out_ << "resume " << o_.resume << ": epoch " << start_.epoch + 1 << ", step "
-         << start_.step_in_epoch << " of it, " << global_step_ << " steps done\n";
-  }
+  KILN_RETURN_IF_ERROR(RestoreOptimizer());
   result->batch_size = batch_;
   result->optimized = optimized_;
 
@@ -829,8 +1096,34 @@ Status Trainer::Run(TrainResult* result) {
     Meter epoch_meter, log_meter;
     epoch_meter.Reset(device_);
     log_meter.Reset(device_);
+    // Resumed inside this epoch: its part before the checkpoint counts too,
+    // so the epoch's loss and accuracy are the uninterrupted run's. Its
+    // seconds are added as well, so samples/s and the data-wait share cover
+    // the whole epoch's training time (not the time between the
+    // interruption and the resume, nor this run's start-up).
+    double seconds_before = 0, wait_epoch = 0;
+    if (epoch == start_.epoch && first_step > 0) {
+      seconds_before = start_.so_far.seconds;
+      wait_epoch = start_.so_far.wait_seconds;
+      if (lead()) {  // sums over all ranks already: the others add zeros
+        torch::NoGradGuard no_grad;
+        epoch_meter.loss_sum.fill_(start_.so_far.loss_sum);
+        epoch_meter.correct.fill_(start_.so_far.correct);
+        epoch_meter.samples = start_.so_far.samples;
+      }
+    }
+    // The epoch so far for a mid-epoch checkpoint, from `all` (summed over
+    // the ranks).
+    auto so_far = [](const Meter& all, double seconds, double wait) {
+      EpochSoFar e;
+      e.loss_sum = all.loss_sum.item<double>();
+      e.correct = all.correct.item<int64_t>();
+      e.samples = all.samples;
+      e.seconds = seconds;
+      e.wait_seconds = wait;
+      return e;
+    };
     auto t_epoch = std::chrono::steady_clock::now(), t_log = t_epoch;
-    double wait_epoch = 0;
     int64_t step = first_step;
     bool stopped = false;
     for (; step < steps_per_epoch; ++step) {
@@ -871,7 +1164,10 @@ Status Trainer::Run(TrainResult* result) {
       }
       if (stop) {
         wait_epoch += loader->TakeWaitSeconds();
-        KILN_RETURN_IF_ERROR(Save(interrupt_dir, epoch, step + 1));
+        Meter all = epoch_meter;  // ReduceMeter gives `all` new tensors
+        if (dist_) ReduceMeter(&all);
+        KILN_RETURN_IF_ERROR(Save(interrupt_dir, epoch, step + 1,
+                                  so_far(all, seconds_before + Seconds(t_epoch), wait_epoch)));
         out_ << "interrupted: checkpoint saved to " << interrupt_dir << " (epoch " << epoch + 1
              << ", step " << step + 1 << "); continue with the same command and --resume "
              << interrupt_dir << "\n";
@@ -885,7 +1181,7 @@ Status Trainer::Run(TrainResult* result) {
     if (device_.is_cuda()) torch::cuda::synchronize();
     EpochStats es;
     es.epoch = static_cast<int>(epoch + 1);
-    es.seconds = Seconds(t_epoch);
+    es.seconds = seconds_before + Seconds(t_epoch);
     es.data_wait_seconds = wait_epoch + loader->TakeWaitSeconds();
     if (dist_) ReduceMeter(&epoch_meter);
     es.samples_per_second = epoch_meter.samples / std::max(1e-9, es.seconds);
@@ -896,7 +1192,8 @@ Status Trainer::Run(TrainResult* result) {
     if (stopped) {
       // --max-steps: a checkpoint at this exact point, to resume mid-epoch.
       if (!o_.save.empty()) {
-        KILN_RETURN_IF_ERROR(Save(o_.save, epoch, step));
+        KILN_RETURN_IF_ERROR(
+            Save(o_.save, epoch, step, so_far(epoch_meter, es.seconds, es.data_wait_seconds)));
         result->checkpoint = o_.save;
       }
       out_ << "stopped after " << global_step_ << " steps (--max-steps)\n";

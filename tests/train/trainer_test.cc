@@ -15,7 +15,9 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <functional>
 #include <map>
+#include <regex>
 #include <sstream>
 
 #include "kiln/train/amp.h"
@@ -67,6 +69,17 @@ std::map<std::string, torch::Tensor> LoadTensors(const std::string& file) {
   for (auto& [n, t] : m.Parameters(false)) out[n] = t.detach().clone();
   for (auto& [n, t] : m.Buffers()) out[n] = t.detach().clone();
   return out;
+}
+
+// 64 synthetic records of 1x8x8 in 4 classes (no kiln build needed) and the
+// mlp on them: 4 steps of batch 16 per epoch.
+TrainOptions SyntheticMlp(const TempDir& dir, std::ostringstream* log) {
+  if (!std::filesystem::exists(dir / "data"))
+    WriteTestCache(dir / "data", 64, DType::kFloat16, MakeShape({1, 8, 8}), 4);
+  TrainOptions o = Quiet(dir / "data", log);
+  o.model = "mlp";
+  o.batch_size = 16;
+  return o;
 }
 
 double MaxDifference(const std::map<std::string, torch::Tensor>& a,
@@ -663,4 +676,258 @@ TEST_CASE("two ranks (Gloo, launched like torchrun) make the update of one proce
   TrainResult r;
   REQUIRE(Train(o, &r).ok());
   CHECK(MaxDifference(LoadTensors(dir / "rank0.pt"), LoadTensors(dir / "single.pt")) < 1e-5);
+}
+
+TEST_CASE("a --save DIR/ saves beside DIR; a --save that cannot work fails before training",
+          "[train]") {
+  namespace fs = std::filesystem;
+  TempDir dir;
+  std::ostringstream log;
+  TrainOptions o = SyntheticMlp(dir, &log);
+  o.epochs = 2;  // two saves: the second replaces the first
+  o.save = dir / "ck/";
+  TrainResult r;
+  Status s = Train(o, &r);
+  INFO(s.ToString() << "\n" << log.str());
+  REQUIRE(s.ok());
+  CHECK(r.checkpoint == o.save);
+  CHECK(fs::exists(dir / "ck/state.json"));
+  CHECK_FALSE(fs::exists(dir / "ck/.partial"));
+  CHECK_FALSE(fs::exists(dir / "ck.partial"));
+  CHECK_FALSE(fs::exists(dir / "ck.old"));
+  // "." and ".." parts, and --resume with a trailing slash.
+  o.epochs = 3;
+  o.resume = dir / "ck/";
+  o.save = dir / "sub/../ck/./";
+  REQUIRE(Train(o, &r).ok());
+  CHECK(r.steps == 12);
+  CHECK(fs::exists(dir / "ck/state.json"));
+  CHECK_FALSE(fs::exists(dir / "sub"));
+  o.resume = "";
+
+  // A --save below a regular file: refused at start-up, naming the path,
+  // before a step is trained.
+  WriteFile(dir / "file", "not a directory");
+  o.save = dir / "file/ck";
+  std::ostringstream bad_log;
+  o.log = &bad_log;
+  s = Train(o, &r);
+  CHECK(s.IsIOError());
+  CHECK_THAT(s.message(), Catch::Contains("--save " + dir / "file/ck"));
+  CHECK(bad_log.str().find("done in") == std::string::npos);
+  CHECK(r.steps == 0);
+  // A directory of other files would be replaced (and deleted) by the save.
+  fs::create_directories(dir / "notes");
+  WriteFile(dir / "notes/keep.txt", "mine");
+  o.save = dir / "notes";
+  s = Train(o, &r);
+  CHECK(s.IsInvalidArgument());
+  CHECK_THAT(s.message(), Catch::Contains(dir / "notes") && Catch::Contains("state.json"));
+  CHECK(ReadFile(dir / "notes/keep.txt") == "mine");
+  CHECK(bad_log.str().find("done in") == std::string::npos);
+}
+
+TEST_CASE("resume finds the checkpoint that a save stopped during its swap left behind",
+          "[train]") {
+  namespace fs = std::filesystem;
+  TempDir dir;
+  std::ostringstream log;
+  TrainOptions o = SyntheticMlp(dir, &log);
+  o.seed = 3;
+  // Real checkpoints after epoch 1 and after epoch 2 (4 steps each).
+  TrainResult r;
+  o.epochs = 1;
+  o.save = dir / "one";
+  REQUIRE(Train(o, &r).ok());
+  o.epochs = 2;
+  o.save = dir / "two";
+  REQUIRE(Train(o, &r).ok());
+  REQUIRE(r.steps == 8);
+
+  // Killed between DIR -> DIR.old and DIR.partial -> DIR: both complete, no
+  // DIR. The newer, DIR.partial, is the one to continue.
+  fs::rename(dir / "one", dir / "ck.old");
+  fs::rename(dir / "two", dir / "ck.partial");
+  o.epochs = 3;
+  o.resume = dir / "ck";
+  o.save = dir / "ck";
+  std::ostringstream resumed;
+  o.log = &resumed;
+  Status s = Train(o, &r);
+  INFO(s.ToString() << "\n" << resumed.str());
+  REQUIRE(s.ok());
+  CHECK_THAT(resumed.str(), Catch::Contains("using " + dir / "ck.partial"));
+  CHECK(r.steps == 12);  // from the end of epoch 2
+  CHECK(fs::exists(dir / "ck/state.json"));
+  CHECK_FALSE(fs::exists(dir / "ck.partial"));
+  CHECK_FALSE(fs::exists(dir / "ck.old"));
+
+  // Killed while DIR.partial was being written (no state.json yet) after
+  // the previous DIR became DIR.old: DIR.old is the one.
+  fs::rename(dir / "ck", dir / "ck.old");
+  fs::create_directories(dir / "ck.partial");
+  fs::copy_file(dir / "ck.old/model.pt", dir / "ck.partial/model.pt");
+  o.epochs = 4;
+  std::ostringstream from_old;
+  o.log = &from_old;
+  s = Train(o, &r);
+  INFO(s.ToString() << "\n" << from_old.str());
+  REQUIRE(s.ok());
+  CHECK_THAT(from_old.str(), Catch::Contains("using " + dir / "ck.old"));
+  CHECK(r.steps == 16);  // from the end of epoch 3
+  CHECK(fs::exists(dir / "ck/state.json"));
+  CHECK_FALSE(fs::exists(dir / "ck.old"));
+
+  // A fresh run saving into such a DIR ends with its own checkpoint there
+  // (the save first renames the complete copy back to DIR, so that DIR is
+  // complete whenever DIR.partial or DIR.old is deleted).
+  fs::rename(dir / "ck", dir / "ck.old");
+  fs::create_directories(dir / "ck.partial");
+  o.resume = "";
+  o.epochs = 1;
+  REQUIRE(Train(o, &r).ok());
+  CHECK(fs::exists(dir / "ck/state.json"));
+  CHECK(ReadFile(dir / "ck/state.json").find("\"global_step\": 4") != std::string::npos);
+
+  // Nothing complete anywhere: not a checkpoint, as before.
+  o.resume = dir / "nothing";
+  s = Train(o, &r);
+  CHECK(s.IsNotFound());
+  CHECK_THAT(s.message(), Catch::Contains(dir / "nothing") && Catch::Contains("--save"));
+}
+
+TEST_CASE("resume refuses options that would not continue the checkpoint's training",
+          "[train]") {
+  TempDir dir;
+  std::ostringstream log;
+  auto options = [&] {
+    TrainOptions o = SyntheticMlp(dir, &log);
+    o.epochs = 2;
+    o.seed = 5;
+    o.freeze = {"fc1"};
+    return o;
+  };
+  TrainOptions first = options();
+  first.max_steps = 2;
+  first.save = dir / "ck";
+  TrainResult r;
+  REQUIRE(Train(first, &r).ok());
+  const std::string ck = dir / "ck";
+
+  struct Case {
+    std::function<void(TrainOptions&)> change;
+    std::string then, now;  // how the message shows the two runs' settings
+  };
+  const std::vector<Case> cases = {
+      {[](TrainOptions& o) { o.freeze = {"fc2"}; }, "--freeze fc1", "--freeze fc2"},
+      {[](TrainOptions& o) { o.freeze_until = "fc2"; }, "no --freeze-until", "--freeze-until fc2"},
+      {[](TrainOptions& o) { o.lr_head = 0.01; }, "no --lr-head", "--lr-head 0.01"},
+      {[](TrainOptions& o) { o.optimizer = "adamw"; }, "--optimizer sgd", "--optimizer adamw"},
+      {[](TrainOptions& o) { o.seed = 6; }, "--seed 5", "--seed 6"},
+      {[](TrainOptions& o) { o.flip = true; }, "no --flip", "--flip"},
+      {[](TrainOptions& o) { o.crop = 6; }, "--crop 0", "--crop 6"},
+      {[](TrainOptions& o) { o.accum_steps = 2; }, "--accum-steps 1", "--accum-steps 2"},
+      {[](TrainOptions& o) { o.batch_size = 32; }, "--batch-size 16", "--batch-size 32"},
+      {[](TrainOptions& o) { o.model = "cnn"; }, "--model mlp", "--model cnn"},
+  };
+  for (const auto& c : cases) {
+    TrainOptions o = options();
+    o.resume = ck;
+    c.change(o);
+    std::ostringstream refused;
+    o.log = &refused;
+    Status s = Train(o, &r);
+    INFO(c.now << ": " << s.ToString());
+    CHECK(s.IsInvalidArgument());
+    CHECK_THAT(s.message(), Catch::Contains("--resume " + ck + ": made with " + c.then +
+                                            ", this run has " + c.now));
+    CHECK(refused.str().find("resume ") == std::string::npos);  // refused before training
+    CHECK(r.steps == 0);
+  }
+
+  // What may change: more epochs, logging, outputs, threads, --max-steps, --lr.
+  TrainOptions more = options();
+  more.resume = ck;
+  more.epochs = 3;
+  more.log_every = 1;
+  more.metrics = dir / "metrics.jsonl";
+  more.save = dir / "elsewhere";
+  more.workers = 1;
+  more.threads = 1;
+  more.max_steps = 3;
+  more.lr = 0.01;
+  more.export_path = dir / "model.pt";
+  Status s = Train(more, &r);
+  INFO(s.ToString() << "\n" << log.str());
+  REQUIRE(s.ok());
+  CHECK(r.steps == 3);
+
+  // A checkpoint from 2 ranks, resumed by one process.
+  std::string state = ReadFile(ck + "/state.json");
+  REQUIRE(state.find("\"WORLD_SIZE\": 1") != std::string::npos);
+  WriteFile(ck + "/state.json",
+            std::regex_replace(state, std::regex("\"WORLD_SIZE\": 1"), "\"WORLD_SIZE\": 2"));
+  TrainOptions one = options();
+  one.resume = ck;
+  s = Train(one, &r);
+  CHECK(s.IsInvalidArgument());
+  CHECK_THAT(s.message(), Catch::Contains("made with WORLD_SIZE=2, this run has WORLD_SIZE=1"));
+
+  // An older checkpoint, without the settings: accepted as before.
+  WriteFile(ck + "/state.json",
+            std::regex_replace(state, std::regex("\"settings\": \\{[^}]*\\},?"), ""));
+  REQUIRE(ReadFile(ck + "/state.json").find("settings") == std::string::npos);
+  TrainOptions older = options();
+  older.resume = ck;
+  older.seed = 6;
+  s = Train(older, &r);
+  INFO(s.ToString());
+  CHECK(s.ok());
+}
+
+TEST_CASE("an epoch resumed in the middle reports the loss and accuracy of the whole epoch",
+          "[train]") {
+  TempDir dir;
+  std::ostringstream log;
+  TrainOptions o = SyntheticMlp(dir, &log);
+  o.epochs = 2;
+  o.seed = 11;
+  TrainResult whole;
+  REQUIRE(Train(o, &whole).ok());
+  REQUIRE(whole.epochs.size() == 2);
+
+  o.save = dir / "ck";
+  o.max_steps = 2;  // half of epoch 1
+  TrainResult part;
+  REQUIRE(Train(o, &part).ok());
+  o.max_steps = 0;
+  o.resume = dir / "ck";
+  o.metrics = dir / "metrics.jsonl";
+  TrainResult rest;
+  Status s = Train(o, &rest);
+  INFO(s.ToString() << "\n" << log.str());
+  REQUIRE(s.ok());
+  REQUIRE(rest.epochs.size() == 2);
+  CHECK(std::abs(rest.epochs[0].train_loss - whole.epochs[0].train_loss) < 1e-6);
+  CHECK(rest.epochs[0].train_acc == whole.epochs[0].train_acc);
+  CHECK(rest.epochs[0].samples_per_second > 0);
+  CHECK(std::abs(rest.epochs[1].train_loss - whole.epochs[1].train_loss) < 1e-6);
+  // The metrics line of epoch 1 has the whole epoch's loss too.
+  const std::string metrics = ReadFile(dir / "metrics.jsonl");
+  const size_t at = metrics.find("\"train_loss\":");
+  REQUIRE(at != std::string::npos);
+  CHECK(std::abs(std::stod(metrics.substr(at + 13)) - whole.epochs[0].train_loss) < 1e-6);
+}
+
+TEST_CASE("lr scaling with --base-batch 0 is refused", "[train]") {
+  TempDir dir;
+  std::ostringstream log;
+  TrainOptions o = SyntheticMlp(dir, &log);
+  o.lr_scaling = "linear";
+  o.base_batch = 0;
+  TrainResult r;
+  Status s = Train(o, &r);
+  CHECK(s.IsInvalidArgument());
+  CHECK_THAT(s.message(), Catch::Contains("--base-batch 0"));
+  CHECK(r.steps == 0);
 }

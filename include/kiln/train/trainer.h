@@ -66,7 +66,10 @@ struct TrainOptions {
   int64_t log_every = 50;           // steps between loss/accuracy reads (the only host syncs)
   std::string metrics;              // JSON lines file; "" = none
   std::string save;                 // checkpoint directory, written every epoch; "" = none
-  std::string resume;               // checkpoint directory to continue from
+                                    // (replaced through siblings DIR.partial and DIR.old)
+  std::string resume;               // checkpoint directory to continue from, with the same
+                                    // model, data order, augmentation and optimizer options
+                                    // (its state.json lists them; others are refused)
   std::string export_path;          // TorchScript file of the trained model; "" = none
   std::ostream* log = nullptr;      // human-readable lines; nullptr = std::cout
 };
