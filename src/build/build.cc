@@ -439,17 +439,6 @@ class Builder {
       return Status::Corruption(opened.message() + "; the interrupted build cannot be resumed: "
                                 "pass --force to discard it and start over");
     KILN_RETURN_IF_ERROR(opened);
-    if (resume && opt_.strict) {
-      // The interrupted run rejected inputs: --strict fails on the first,
-      // as it would have in one go.
-      std::ifstream rl(plan.dir + "/" + kRejectLog);
-      std::string line;
-      if (std::getline(rl, line) && line.find('\t') != std::string::npos)
-        return Status::Corruption(RejectText(line.substr(line.find('\t') + 1)) +
-                                  " (rejected by the interrupted run; under --strict every input "
-                                  "must be written: fix or remove it and build again)");
-    }
-
     // Rejections already logged by the interrupted run, by source position.
     std::set<size_t> rejected_before;
     std::vector<std::string> reject_lines;
@@ -463,6 +452,12 @@ class Builder {
         reject_lines.push_back(line.substr(tab + 1));
       }
     }
+    // The interrupted run rejected inputs: --strict fails on the first, as
+    // it would have in one go.
+    if (opt_.strict && !reject_lines.empty())
+      return Status::Corruption(RejectText(reject_lines.front()) +
+                                " (rejected by the interrupted run; under --strict every input "
+                                "must be written: fix or remove it and build again)");
     // Find the first source position not yet written or rejected.
     size_t start = 0;
     for (uint64_t good = 0; start < plan.order.size() && good < writer->next_index() - plan.first;
