@@ -27,6 +27,7 @@
 #include "kiln/train/tensor_loader.h"
 #include "kiln/verify.h"
 #include "collective.h"
+#include "core/file_util.h"
 
 namespace kiln::train {
 namespace fs = std::filesystem;
@@ -312,14 +313,6 @@ Status FindCheckpoint(const std::string& dir, std::string* found, bool* fallback
                           " from an interrupted save); give the directory that --save wrote");
 }
 
-Status WriteText(const fs::path& path, const std::string& text) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f << text;
-  f.close();
-  if (!f) return Status::IOError(path.string() + ": cannot write");
-  return Status::OK();
-}
-
 // Writes DIR.partial/ in full, state.json last (by rename), then swaps it in
 // for DIR: DIR -> DIR.old, DIR.partial -> DIR, DIR.old deleted. A crash at
 // any point leaves a complete checkpoint as DIR, or, between the two renames,
@@ -375,9 +368,8 @@ Status SaveCheckpoint(const std::string& dir, Model& model, torch::optim::Optimi
               {"data_wait_seconds", c.so_far.wait_seconds}}},
             {"settings", c.settings},
             {"param_groups", c.groups}};
-  KILN_RETURN_IF_ERROR(WriteText(partial / "state.json.tmp", j.dump(2) + "\n"));
-  fs::rename(partial / "state.json.tmp", partial / "state.json", ec);
-  if (ec) return Status::IOError((partial / "state.json").string() + ": " + ec.message());
+  KILN_RETURN_IF_ERROR(
+      WriteFileAtomic(partial.string(), "state.json", "state.json.tmp", j.dump(2) + "\n"));
   if (fs::exists(final_dir)) {  // complete, or empty
     fs::remove_all(old, ec);
     if (!ec) fs::rename(final_dir, old, ec);
