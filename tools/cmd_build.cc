@@ -9,13 +9,13 @@
 #include <sstream>
 
 #include "command.h"
-#include "kiln/build/build.h"
+#include "kiln/ingest/build.h"
 
 namespace kiln::tools {
 namespace {
 
 struct BuildArgs {
-  build::BuildOptions o;
+  ingest::BuildOptions o;
   int num_parts = 0, part = -1;  // 0 / -1: not given
   std::string size, dtype = "float16", norm, mean, std, shard_size = "4G", progress = "auto";
 };
@@ -52,7 +52,7 @@ Status ParseBytes(const std::string& text, uint64_t* out) {
 }
 
 // --num-parts/--part, or the rank and world size of the usual launchers.
-Status ResolveParts(const BuildArgs& a, build::BuildOptions* o) {
+Status ResolveParts(const BuildArgs& a, ingest::BuildOptions* o) {
   if ((a.num_parts > 0) != (a.part >= 0))
     return Status::InvalidArgument("--num-parts and --part go together");
   if (a.num_parts > 0) {
@@ -99,7 +99,7 @@ void KeepFreedMemoryForReuse() {
 
 int RunBuild(BuildArgs& a) {
   KeepFreedMemoryForReuse();
-  build::BuildOptions& o = a.o;
+  ingest::BuildOptions& o = a.o;
   Status s = ParseDType(a.dtype, &o.dtype);
   if (s.ok()) s = ResolveParts(a, &o);
   if (s.ok() && !a.size.empty() &&
@@ -143,8 +143,8 @@ int RunBuild(BuildArgs& a) {
     }
   };
   auto info = [](const std::string& line) { std::cerr << line << "\n"; };
-  build::BuildResult r;
-  s = build::BuildCache(o, progress, info, &r);
+  ingest::BuildResult r;
+  s = ingest::BuildCache(o, progress, info, &r);
   if (!r.first_reject.empty())
     std::cerr << "rejected inputs are listed in rejects.tsv; the first: " << r.first_reject << "\n";
   if (!s.ok()) return ReportError("build", s);
@@ -160,13 +160,13 @@ int RunBuild(BuildArgs& a) {
   return kExitOk;
 }
 
-const bool kSourceVerifier = RegisterSourceVerifier(build::VerifyWithSources);
+const bool kSourceVerifier = RegisterSourceVerifier(ingest::VerifyWithSources);
 
 KILN_COMMAND(Command{
     "build", "Decode, resize and normalize an image dataset once into a cache", 10,
     [](CLI::App* sub) -> std::function<int()> {
       auto a = std::make_shared<BuildArgs>();
-      build::BuildOptions& o = a->o;
+      ingest::BuildOptions& o = a->o;
       sub->add_option("SRC", o.src, "source root (ImageFolder: SRC/<class>/<image>)")->required();
       sub->add_option("OUT", o.out, "cache directory to write")->required();
       sub->add_option("--list", o.list_file,
@@ -200,8 +200,8 @@ KILN_COMMAND(Command{
     }});
 
 int RunMerge(const std::string& out, const std::vector<std::string>& parts, bool keep) {
-  build::MergeResult r;
-  Status s = build::MergeParts(out, parts, keep, [](const std::string& l) { std::cerr << l << "\n"; },
+  ingest::MergeResult r;
+  Status s = ingest::MergeParts(out, parts, keep, [](const std::string& l) { std::cerr << l << "\n"; },
                                &r);
   if (!s.ok()) return ReportError("merge", s);
   std::cout << "kiln merge: " << r.parts << " parts, " << r.records << " records in " << r.shards

@@ -37,7 +37,7 @@ struct Command {
 
 bool RegisterCommand(Command command);
 
-// `kiln verify --level sources|deep` needs kiln::build; cmd_build.cc
+// `kiln verify --level sources|deep` needs kiln::ingest; cmd_build.cc
 // registers it here, so a kiln built without images says so instead.
 using SourceVerifier = std::function<Status(const std::string& dir, const VerifyOptions& options,
                                             uint64_t sample, uint64_t seed, VerifyReport* report)>;

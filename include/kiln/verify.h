@@ -9,7 +9,7 @@
 //   full  - every record's checksum recomputed (in parallel, straight from
 //           the memory map), per-shard digests compared with the manifest,
 //           float payloads free of NaN and Inf.
-// The source-file levels (`sources`, `deep`) need kiln::build and are run by
+// The source-file levels (`sources`, `deep`) need kiln::ingest and are run by
 // it on top of this report.
 //
 // Thread-safety: VerifyCache may run concurrently on different caches.

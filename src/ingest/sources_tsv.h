@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "kiln/build/build.h"
+#include "kiln/ingest/build.h"
 #include "kiln/status.h"
 
-namespace kiln::build {
+namespace kiln::ingest {
 
 inline constexpr const char* kSourcesTsv = "sources.tsv";
 
@@ -25,6 +25,6 @@ struct RecordedSource {
 Status ReadSourcesTsv(const std::string& path, std::vector<RecordedSource>* out);
 Status WriteSourcesTsv(const std::string& path, const std::vector<RecordedSource>& sources);
 
-}  // namespace kiln::build
+}  // namespace kiln::ingest
 
 #endif  // KILN_SRC_BUILD_SOURCES_TSV_H_

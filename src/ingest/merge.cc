@@ -11,14 +11,14 @@
 #include <regex>
 #include <sstream>
 
-#include "kiln/build/build.h"
+#include "kiln/ingest/build.h"
 #include "kiln/cache_reader.h"
 #include "kiln/cache_writer.h"
 #include "kiln/manifest.h"
 #include "kiln/verify.h"
 #include "sources_tsv.h"
 
-namespace kiln::build {
+namespace kiln::ingest {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
@@ -292,4 +292,4 @@ Status MergeParts(const std::string& out, const std::vector<std::string>& parts,
   return Status::OK();
 }
 
-}  // namespace kiln::build
+}  // namespace kiln::ingest

@@ -1,5 +1,5 @@
 // BuildCache: the oneTBB pipeline from source files to a kiln cache.
-#include "kiln/build/build.h"
+#include "kiln/ingest/build.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -32,7 +32,7 @@
 #include "kiln/verify.h"
 #include "sources_tsv.h"
 
-namespace kiln::build {
+namespace kiln::ingest {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -708,7 +708,7 @@ class Builder {
     int64_t next = static_cast<int64_t>(plan.first);
     for (size_t k = 0; k < plan.order.size(); ++k)
       if (!a.count(k) && !b.count(k)) sources[plan.order[k]].record = next++;
-    return build::WriteSourcesTsv(plan.dir + "/" + kSourcesTsv, sources);
+    return ingest::WriteSourcesTsv(plan.dir + "/" + kSourcesTsv, sources);
   }
 
  public:
@@ -776,9 +776,9 @@ Status BuildCache(const BuildOptions& options, const ProgressFn& progress, const
   return Builder(options, p, i, result).Run();
 }
 
-}  // namespace kiln::build
+}  // namespace kiln::ingest
 
-namespace kiln::build {
+namespace kiln::ingest {
 
 Status VerifyWithSources(const std::string& dir, const VerifyOptions& options, uint64_t sample,
                          uint64_t seed, VerifyReport* report) {
@@ -875,4 +875,4 @@ Status VerifyWithSources(const std::string& dir, const VerifyOptions& options, u
   return Status::OK();
 }
 
-}  // namespace kiln::build
+}  // namespace kiln::ingest

@@ -12,7 +12,7 @@
 #include <map>
 #include <tuple>
 
-#include "kiln/build/build.h"
+#include "kiln/ingest/build.h"
 #include "kiln/cache_reader.h"
 #include "kiln/manifest.h"
 #include "kiln/image/decode.h"
@@ -69,8 +69,8 @@ TEST_CASE("ImageFolder labels follow torchvision's sorted class order", "[build]
     fs::create_directories(dir / c);
     fs::copy_file(kPhotos + "/chelsea.jpg", dir / (std::string(c) + "/x.jpg"));
   }
-  build::SourceList list;
-  REQUIRE(build::ListImageFolder(dir.path(), &list).ok());
+  ingest::SourceList list;
+  REQUIRE(ingest::ListImageFolder(dir.path(), &list).ok());
   // Python's sorted(): code-point order, upper case first.
   CHECK(list.classes == std::vector<std::string>{"C", "a", "a_2", "b"});
   REQUIRE(list.items.size() == 4);
@@ -85,8 +85,8 @@ TEST_CASE("a symbolic link in an ImageFolder keeps its own path and class", "[bu
   fs::create_directories(src / "b");
   fs::copy_file(kPhotos + "/chelsea.jpg", src / "b/real.jpg");
   fs::create_symlink("../b/real.jpg", src / "a/link.jpg");
-  build::SourceList list;
-  REQUIRE(build::ListImageFolder(src.path(), &list).ok());
+  ingest::SourceList list;
+  REQUIRE(ingest::ListImageFolder(src.path(), &list).ok());
   REQUIRE(list.items.size() == 2);
   CHECK(list.items[0].rel_path == "a/link.jpg");
   CHECK(list.items[0].label == 0);
@@ -99,8 +99,8 @@ TEST_CASE("an empty class folder is an error naming it", "[build]") {
   fs::create_directories(dir / "full");
   fs::create_directories(dir / "empty");
   fs::copy_file(kPhotos + "/chelsea.jpg", dir / "full/x.jpg");
-  build::SourceList list;
-  Status s = build::ListImageFolder(dir.path(), &list);
+  ingest::SourceList list;
+  Status s = ingest::ListImageFolder(dir.path(), &list);
   CHECK(s.IsInvalidArgument());
   CHECK_THAT(s.message(), Catch::Contains("empty"));
 }
@@ -119,8 +119,8 @@ TEST_CASE("kiln build of the Fashion-MNIST sample: labels, shape, pixels", "[bui
   CHECK(m.shape.ToString() == "1x28x28");
   CHECK(m.classes.size() == 10);
   CHECK(m.classes[0] == "0_tshirt_top");
-  build::SourceList list;
-  REQUIRE(build::ListImageFolder(kFashion, &list).ok());
+  ingest::SourceList list;
+  REQUIRE(ingest::ListImageFolder(kFashion, &list).ok());
   auto txn = r->BeginRead();
   for (uint64_t i : {0ull, 29ull, 30ull, 150ull, 299ull}) {
     RecordView v;
@@ -143,19 +143,19 @@ TEST_CASE("kiln build of the Fashion-MNIST sample: labels, shape, pixels", "[bui
 
 TEST_CASE("builds are byte-identical across thread counts", "[build]") {
   TempDir a, b;
-  build::BuildOptions o;
+  ingest::BuildOptions o;
   o.src = kFashion;
   o.channels = 1;
   o.norm = "auto";
   o.shuffle_seed = 7;
   o.shard_size = 100 * 28 * 28 * 2;  // several shards
-  build::BuildResult r;
+  ingest::BuildResult r;
   o.out = a.path();
   o.threads = 1;
-  REQUIRE(build::BuildCache(o, nullptr, nullptr, &r).ok());
+  REQUIRE(ingest::BuildCache(o, nullptr, nullptr, &r).ok());
   o.out = b.path();
   o.threads = 2;
-  REQUIRE(build::BuildCache(o, nullptr, nullptr, &r).ok());
+  REQUIRE(ingest::BuildCache(o, nullptr, nullptr, &r).ok());
   auto fa = CacheFiles(a.path()), fb = CacheFiles(b.path());
   CHECK(fa.size() == 4);  // 3 shards + manifest
   // The manifests differ only in... nothing: same sources, same options.
@@ -339,34 +339,34 @@ TEST_CASE("list files and CSV", "[build]") {
   }
   SECTION("CSV with class names") {
     WriteFile(out / "l.csv", "path,label\nphotos/rocket.jpg,space\nphotos/chelsea.jpg,cat\n");
-    build::SourceList list;
-    REQUIRE(build::ReadSourceList(root, out / "l.csv", &list).ok());
+    ingest::SourceList list;
+    REQUIRE(ingest::ReadSourceList(root, out / "l.csv", &list).ok());
     CHECK(list.classes == std::vector<std::string>{"cat", "space"});
     CHECK(list.items[1].label == 1);
   }
   SECTION("numeric labels are indices, not names: 10 is not before 2; -1 is an error") {
     WriteFile(out / "n.txt", "photos/chelsea.jpg 10\nphotos/coffee.jpg 2\n");
-    build::SourceList list;
-    REQUIRE(build::ReadSourceList(root, out / "n.txt", &list).ok());
+    ingest::SourceList list;
+    REQUIRE(ingest::ReadSourceList(root, out / "n.txt", &list).ok());
     CHECK(list.items[0].label == 10);
     CHECK(list.items[1].label == 2);
     CHECK(list.classes.size() == 11);
     WriteFile(out / "neg.txt", "photos/chelsea.jpg 1\nphotos/coffee.jpg -1\n");
-    Status s = build::ReadSourceList(root, out / "neg.txt", &list);
+    Status s = ingest::ReadSourceList(root, out / "neg.txt", &list);
     CHECK(s.IsInvalidArgument());
     CHECK_THAT(s.message(), Catch::Contains("neg.txt:2") && Catch::Contains("label -1"));
     WriteFile(out / "big.txt", "photos/chelsea.jpg 99999999999999999999\n");
-    s = build::ReadSourceList(root, out / "big.txt", &list);
+    s = ingest::ReadSourceList(root, out / "big.txt", &list);
     CHECK_THAT(s.message(), Catch::Contains("big.txt:1") && Catch::Contains("class indices"));
     WriteFile(out / "many.txt", "photos/chelsea.jpg 300000000\n");
-    CHECK(build::ReadSourceList(root, out / "many.txt", &list).IsInvalidArgument());
+    CHECK(ingest::ReadSourceList(root, out / "many.txt", &list).IsInvalidArgument());
   }
   SECTION("CSV as Python's csv module writes it: BOM, comment, quoted path") {
     fs::create_directories(out / "root/a,b");
     fs::copy_file(kPhotos + "/chelsea.jpg", out / "root/a,b/c.jpg");
     WriteFile(out / "q.csv", "\xEF\xBB\xBF# made by hand\npath,label\r\n\"a,b/c.jpg\",cat\r\n");
-    build::SourceList list;
-    Status s = build::ReadSourceList(out / "root", out / "q.csv", &list);
+    ingest::SourceList list;
+    Status s = ingest::ReadSourceList(out / "root", out / "q.csv", &list);
     INFO(s.ToString());
     REQUIRE(s.ok());
     REQUIRE(list.items.size() == 1);
@@ -374,36 +374,36 @@ TEST_CASE("list files and CSV", "[build]") {
   }
   SECTION("names kiln cannot record are refused up front, naming them") {
     WriteFile(out / "tab.txt", "photos/che\tlsea.jpg 1\n");
-    build::SourceList list;
-    Status s = build::ReadSourceList(root, out / "tab.txt", &list);
+    ingest::SourceList list;
+    Status s = ingest::ReadSourceList(root, out / "tab.txt", &list);
     CHECK(s.IsInvalidArgument());
     fs::create_directories(out / "img/caf\xe9");
     fs::copy_file(kPhotos + "/chelsea.jpg", out / "img/caf\xe9/c.jpg");
-    s = build::ListImageFolder(out / "img", &list);
+    s = ingest::ListImageFolder(out / "img", &list);
     CHECK(s.IsInvalidArgument());
     CHECK_THAT(s.message(), Catch::Contains("caf\\xe9") && Catch::Contains("UTF-8"));
   }
   SECTION("bad lines name the line") {
     WriteFile(out / "bad.txt", "photos/chelsea.jpg 1\nnolabel\n");
-    build::SourceList list;
-    Status s = build::ReadSourceList(root, out / "bad.txt", &list);
+    ingest::SourceList list;
+    Status s = ingest::ReadSourceList(root, out / "bad.txt", &list);
     CHECK(s.IsInvalidArgument());
     CHECK_THAT(s.message(), Catch::Contains("bad.txt:2"));
     WriteFile(out / "escape.txt", "../etc/passwd 1\n");
-    s = build::ReadSourceList(root, out / "escape.txt", &list);
+    s = ingest::ReadSourceList(root, out / "escape.txt", &list);
     CHECK_THAT(s.message(), Catch::Contains("outside"));
   }
 }
 
 TEST_CASE("val-fraction splits deterministically by path", "[build]") {
   TempDir out;
-  build::BuildOptions o;
+  ingest::BuildOptions o;
   o.src = kFashion;
   o.out = out.path();
   o.channels = 1;
   o.val_fraction = 0.2;
-  build::BuildResult r;
-  REQUIRE(build::BuildCache(o, nullptr, nullptr, &r).ok());
+  ingest::BuildResult r;
+  REQUIRE(ingest::BuildCache(o, nullptr, nullptr, &r).ok());
   std::unique_ptr<CacheReader> tr, va;
   REQUIRE(CacheReader::Open(out / "train", ReaderOptions(), &tr).ok());
   REQUIRE(CacheReader::Open(out / "val", ReaderOptions(), &va).ok());
@@ -431,8 +431,8 @@ TEST_CASE("verify sources and deep levels against the build's sources", "[build]
     INFO(level);
     CHECK(Kiln("verify " + cache + " --level " + level + " --sample 0", &log) == 0);
   }
-  build::SourceList list;
-  REQUIRE(build::ListImageFolder(src.path(), &list).ok());
+  ingest::SourceList list;
+  REQUIRE(ingest::ListImageFolder(src.path(), &list).ok());
   const std::string victim = list.root + "/" + list.items[3].rel_path;
   SECTION("a source modified after the build: stale at level sources") {
     std::string bytes = ReadFile(victim);

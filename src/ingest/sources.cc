@@ -12,11 +12,11 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "kiln/build/build.h"
+#include "kiln/ingest/build.h"
 #include "kiln/manifest.h"
 #include "sources_tsv.h"
 
-namespace kiln::build {
+namespace kiln::ingest {
 
 namespace fs = std::filesystem;
 
@@ -310,4 +310,4 @@ Status WriteSourcesTsv(const std::string& path, const std::vector<RecordedSource
   return f ? Status::OK() : Status::IOError(path + ": cannot write");
 }
 
-}  // namespace kiln::build
+}  // namespace kiln::ingest

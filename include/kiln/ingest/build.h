@@ -6,8 +6,8 @@
 // Output is deterministic: the same sources and options give byte-identical
 // shards for any thread count. A build killed at any moment resumes from its
 // last committed record when run again with the same options.
-#ifndef KILN_BUILD_BUILD_H_
-#define KILN_BUILD_BUILD_H_
+#ifndef KILN_INGEST_BUILD_H_
+#define KILN_INGEST_BUILD_H_
 
 #include <cstdint>
 #include <functional>
@@ -19,7 +19,7 @@
 #include "kiln/status.h"
 #include "kiln/verify.h"
 
-namespace kiln::build {
+namespace kiln::ingest {
 
 // One input file. `rel_path` is relative to the source root, '/'-separated.
 struct SourceItem {
@@ -128,6 +128,6 @@ Status BuildCache(const BuildOptions& options, const ProgressFn& progress, const
 Status VerifyWithSources(const std::string& dir, const VerifyOptions& options, uint64_t sample,
                          uint64_t seed, VerifyReport* report);
 
-}  // namespace kiln::build
+}  // namespace kiln::ingest
 
-#endif  // KILN_BUILD_BUILD_H_
+#endif  // KILN_INGEST_BUILD_H_
