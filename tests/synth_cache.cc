@@ -44,7 +44,10 @@ int main(int argc, char** argv) {
   Manifest m;
   for (int c = 0; c < 10; ++c) m.classes.push_back("class" + std::to_string(c));
   if (o.dtype == DType::kUint8)
-    m.preprocessing_json = R"({"mean": [0.5, 0.5, 0.5], "std": [0.25, 0.25, 0.25]})";
+    if (!kiln::Preprocessing::FromJson(R"({"mean": [0.5, 0.5, 0.5], "std": [0.25, 0.25, 0.25]})",
+                                       "kiln_synth_cache", &m.preprocessing)
+             .ok())
+      return 2;
   if (s.ok()) s = w->Finish(&m);
   if (!s.ok()) {
     std::fprintf(stderr, "kiln_synth_cache: %s\n", s.ToString().c_str());

@@ -113,9 +113,10 @@ int RunBuild(BuildArgs& a) {
       s = Status::InvalidArgument("--mean and --std go together");
     if (s.ok()) s = ParseList(a.mean, &o.mean);
     if (s.ok()) s = ParseList(a.std, &o.std);
-    o.norm = "explicit";
+    o.norm = NormKind::kExplicit;
   } else if (!a.norm.empty()) {
-    o.norm = a.norm;
+    if (a.norm == "explicit" || !ParseNormKind(a.norm, &o.norm).ok())
+      s = Status::InvalidArgument("--norm must be none, imagenet or auto (or give --mean/--std)");
   }
   if (!s.ok()) return ReportError("build", s);
 

@@ -42,7 +42,7 @@ int RunInspect(const std::string& dir, bool as_json) {
     std::cout << "  " << sh.file << "  records " << sh.first << ".."
               << (sh.count ? sh.first + sh.count - 1 : sh.first) << " (" << sh.count << ")  "
               << HumanBytes(static_cast<double>(sh.bytes)) << "  digest " << sh.digest << "\n";
-  const auto pre = nlohmann::json::parse(m.preprocessing_json, nullptr, false);
+  const auto pre = nlohmann::json::parse(m.preprocessing.ToJson());
   std::cout << "preprocessing:";
   if (pre.is_object() && !pre.empty()) {
     std::cout << "\n";

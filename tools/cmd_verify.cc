@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "kiln/cache_layout.h"
 #include "kiln/verify.h"
 
 namespace kiln::tools {
@@ -112,11 +113,11 @@ int VerifyOne(const VerifyArgs& a, std::string* json_out = nullptr) {
 int RunVerify(const VerifyArgs& a) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  const bool cache = fs::exists(fs::path(a.dir) / "manifest.json", ec) ||
-                     fs::exists(fs::path(a.dir) / "build.json", ec) ||
+  const bool cache = fs::exists(fs::path(a.dir) / kManifestName, ec) ||
+                     fs::exists(fs::path(a.dir) / kBuildStateName, ec) ||
                      !fs::is_directory(a.dir, ec);
   std::vector<std::string> splits;
-  for (const char* split : {"train", "val"})
+  for (const std::string& split : SplitDirs())
     if (!cache && fs::is_directory(fs::path(a.dir) / split, ec)) splits.push_back(split);
   if (splits.empty()) return VerifyOne(a);
   int rc = kExitOk;

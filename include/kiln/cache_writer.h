@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/cache_layout.h"
 #include "kiln/manifest.h"
 #include "kiln/record.h"
 #include "kiln/status.h"
@@ -106,8 +107,6 @@ struct RecordFix {
 // cache, IOError when the cache is in use.
 Status RewriteRecords(const std::string& dir, const std::vector<RecordFix>& fixes);
 
-// The name of shard number `i` ("shard-00000.mdb").
-std::string ShardFileName(int i);
 
 }  // namespace kiln
 

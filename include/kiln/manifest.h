@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "kiln/cache_layout.h"
+#include "kiln/preprocessing.h"
 #include "kiln/record.h"
 #include "kiln/status.h"
 
@@ -31,9 +33,9 @@ struct Manifest {
   Shape shape;                        // of every record
   std::vector<std::string> classes;   // label i names classes[i]; may be empty
   std::vector<ShardInfo> shards;      // in index order, contiguous
-  // A JSON object (as text) recording the preprocessing that produced the
-  // tensors; "{}" when the writer recorded none.
-  std::string preprocessing_json = "{}";
+  // The recipe that produced the tensors (incomplete, "{}", when the
+  // writer recorded none).
+  Preprocessing preprocessing;
   // How the writer batched its LMDB writes (the "layout" object): a shard's
   // bytes are a function of its records and these two, which lets a repair
   // rewrite a shard exactly as a fresh build writes it. 0 = not recorded.
@@ -70,10 +72,9 @@ Status WriteManifest(const std::string& dir, const Manifest& m);
 std::string DigestHex(uint64_t digest);
 
 // What differs between two caches in the things that shape the tensors a
-// model sees: record dtype and shape, and the preprocessing fields channels,
-// resize, crop, size, interpolation, normalized, mean and std. Each entry is
-// a phrase such as "mean: [0.286] vs [0.5]"; empty when they agree. Source,
-// split and version fields are not compared.
+// model sees: record dtype and shape, then TensorRecipeDifferences. Each
+// entry is a phrase such as "mean: [0.286] vs [0.5]"; empty when they agree.
+// Source, split and version fields are not compared.
 std::vector<std::string> PreprocessingDifferences(const Manifest& a, const Manifest& b);
 
 // This build of kiln's version string.

@@ -46,11 +46,7 @@ inline constexpr size_t kKeySize = 8;
 inline constexpr int kMaxDims = 4;
 // Manifest format version; bumped on any incompatible change of this file.
 inline constexpr int kFormatVersion = 1;
-inline constexpr const char* kManifestName = "manifest.json";
-inline constexpr const char* kManifestTempName = "manifest.json.tmp";
-// Shard i is the file "shard-%05d.mdb" (LMDB adds "shard-%05d.mdb-lock").
-inline constexpr const char* kShardPrefix = "shard-";
-inline constexpr const char* kShardSuffix = ".mdb";
+// The names of the files in a cache directory: kiln/cache_layout.h.
 
 enum class DType : uint8_t { kUint8 = 1, kFloat16 = 2, kFloat32 = 3 };
 

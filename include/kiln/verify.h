@@ -41,10 +41,22 @@ struct VerifyOptions {
 
 // One thing found wrong. `index` is -1 when the problem is not one record's.
 struct VerifyProblem {
+  // What kind of damage, for callers that act on it (kiln build --repair)
+  // instead of reading `what`.
+  enum class Kind {
+    kRecord,         // one record is bad or missing: rewritable from its source
+    kShardMismatch,  // a shard's size (grown), record count or digest differs from the
+                     // manifest: follows from damaged or missing records
+    kShardFile,      // a shard is missing, truncated, unreadable or not listed
+    kRecordLost,     // a record lies outside its shard's range
+    kManifest,       // the manifest is missing, unreadable or inconsistent
+    kSource,         // the sources differ from the build's, or cannot be compared
+  };
   int64_t index = -1;
   std::string shard;   // shard file name, "" when not known
   std::string source;  // source file of the record, when known
   std::string what;    // a sentence saying what is wrong
+  Kind kind = Kind::kRecord;
 };
 
 struct VerifyReport {

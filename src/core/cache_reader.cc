@@ -1,6 +1,6 @@
 #include "kiln/cache_reader.h"
 
-#include "core/file_util.h"
+#include "kiln/file.h"
 #include "core/lmdb_env.h"
 
 namespace kiln {

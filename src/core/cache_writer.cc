@@ -15,19 +15,13 @@
 #include <functional>
 #include <vector>
 
-#include "core/file_util.h"
+#include "kiln/file.h"
+#include "kiln/cache_layout.h"
 #include "core/lmdb_env.h"
 
 namespace kiln {
 
-std::string ShardFileName(int i) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%s%05d%s", kShardPrefix, i, kShardSuffix);
-  return buf;
-}
-
 namespace {
-inline constexpr const char* kLockName = ".kiln.lock";
 
 // The value of record `index` for CommitBatch; must stay valid until the
 // next call.
@@ -67,7 +61,7 @@ Status SyncAndClose(LmdbEnv* env) {
   const std::string path = env->path();
   KILN_RETURN_IF_ERROR(LmdbStatus(mdb_env_sync(env->env(), 1), path + ": sync"));
   env->Close();
-  ::unlink((path + "-lock").c_str());
+  ::unlink((path + kLmdbLockSuffix).c_str());
   return Status::OK();
 }
 
@@ -81,7 +75,7 @@ Status WriteShardCanonically(const std::string& path, uint64_t map_size, uint64_
                              uint64_t first, uint64_t count, const ValueOf& value_of) {
   const std::string tmp = path + ".tmp";
   ::unlink(tmp.c_str());
-  ::unlink((tmp + "-lock").c_str());
+  ::unlink((tmp + kLmdbLockSuffix).c_str());
   LmdbEnv out;
   KILN_RETURN_IF_ERROR(out.OpenForWrite(tmp, map_size));
   for (uint64_t done = 0; done < count;) {
@@ -96,7 +90,7 @@ Status WriteShardCanonically(const std::string& path, uint64_t map_size, uint64_
 
 // Marks a shard whose writes were committed off the regular cadence (an
 // explicit Commit): it is rewritten canonically when it is finished.
-std::string ReplayMarker(const std::string& shard_path) { return shard_path + ".replay"; }
+std::string ReplayMarker(const std::string& shard_path) { return shard_path + kReplaySuffix; }
 
 // The shard digest: XXH3 over the stored checksums in key order.
 Status ShardDigest(const LmdbEnv& env, std::string* digest) {
@@ -268,7 +262,7 @@ class CacheWriter::Impl {
     const std::string path = dir_ + "/" + ShardFileName(i);
     if (fresh) {
       ::unlink(path.c_str());
-      ::unlink((path + "-lock").c_str());
+      ::unlink((path + kLmdbLockSuffix).c_str());
     }
     ::unlink(ReplayMarker(path).c_str());
     KILN_RETURN_IF_ERROR(env_.OpenForWrite(path, InitialMapSize()));
@@ -360,7 +354,7 @@ class CacheWriter::Impl {
       rd.Abort();
       KILN_RETURN_IF_ERROR(s);
       env_.Close();
-      ::unlink((path + "-lock").c_str());
+      ::unlink((path + kLmdbLockSuffix).c_str());
       if (::rename((path + ".canonical").c_str(), path.c_str()) != 0) return PosixError(path, errno);
       ::unlink(ReplayMarker(path).c_str());
       noncanonical_ = false;
@@ -478,7 +472,7 @@ Status RewriteRecords(const std::string& dir, const std::vector<RecordFix>& fixe
       KILN_RETURN_IF_ERROR(fresh.OpenForRead(fresh_path, 4));
       KILN_RETURN_IF_ERROR(ShardDigest(fresh, &info.digest));
     }
-    ::unlink((fresh_path + "-lock").c_str());
+    ::unlink((fresh_path + kLmdbLockSuffix).c_str());
     KILN_RETURN_IF_ERROR(FileSize(fresh_path, &info.bytes));
     if (::rename(fresh_path.c_str(), path.c_str()) != 0) return PosixError(path, errno);
   }

@@ -1,4 +1,4 @@
-#include "core/file_util.h"
+#include "kiln/file.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -29,6 +29,29 @@ Status ReadWholeFile(const std::string& path, std::string* out) {
     }
     if (n == 0) break;
     out->append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return Status::OK();
+}
+
+Status ReadFileBytes(const std::string& path, std::vector<uint8_t>* out) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::IOError(std::string("cannot open: ") + std::strerror(errno));
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    return Status::IOError("cannot stat");
+  }
+  out->resize(static_cast<size_t>(st.st_size));
+  size_t off = 0;
+  while (off < out->size()) {
+    ssize_t n = ::read(fd, out->data() + off, out->size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      ::close(fd);
+      return Status::IOError("read failed");
+    }
+    off += static_cast<size_t>(n);
   }
   ::close(fd);
   return Status::OK();

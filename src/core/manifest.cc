@@ -15,7 +15,7 @@
 
 #include <xxhash.h>
 
-#include "core/file_util.h"
+#include "kiln/file.h"
 
 #ifndef KILN_VERSION_STRING
 #define KILN_VERSION_STRING "0.0.0"
@@ -70,8 +70,7 @@ std::string ManifestToJson(const Manifest& m) {
     j["layout"] = {{"initial_map_size", m.initial_map_size}, {"commit_records", m.commit_records}};
   if (m.is_part())
     j["part"] = {{"index", m.part_index}, {"of", m.part_count}, {"first", m.first_index}};
-  json pre = json::parse(m.preprocessing_json, nullptr, /*allow_exceptions=*/false);
-  j["preprocessing"] = pre.is_object() ? pre : json::object();
+  j["preprocessing"] = json::parse(m.preprocessing.ToJson());
   j["meta_digest"] = MetaDigest(j["classes"], j["preprocessing"]);
   return j.dump(2) + "\n";
 }
@@ -139,7 +138,8 @@ Status ManifestFromJson(const std::string& text, const std::string& where, Manif
       return Status::Corruption(where + ": shards hold " + std::to_string(next - m.first_index) +
                                 " records but \"count\" says " + std::to_string(m.count));
     if (j.contains("preprocessing") && j["preprocessing"].is_object())
-      m.preprocessing_json = j["preprocessing"].dump();
+      KILN_RETURN_IF_ERROR(
+          Preprocessing::FromJson(j["preprocessing"].dump(), where, &m.preprocessing));
     if (j.contains("meta_digest") &&  // absent in manifests of kiln before 2026-12
         j["meta_digest"].get<std::string>() !=
             MetaDigest(j.value("classes", json::array()), j.value("preprocessing", json::object())))
@@ -185,16 +185,8 @@ std::vector<std::string> PreprocessingDifferences(const Manifest& a, const Manif
   };
   if (shape_text(a.shape) != shape_text(b.shape))
     out.push_back("record shape: " + shape_text(a.shape) + " vs " + shape_text(b.shape));
-  const json pa = json::parse(a.preprocessing_json, nullptr, false);
-  const json pb = json::parse(b.preprocessing_json, nullptr, false);
-  for (const char* key :
-       {"channels", "resize", "crop", "size", "interpolation", "normalized", "mean", "std"}) {
-    const json va = pa.is_object() && pa.contains(key) ? pa[key] : json();
-    const json vb = pb.is_object() && pb.contains(key) ? pb[key] : json();
-    if (va != vb)
-      out.push_back(std::string(key) + ": " + (va.is_null() ? "absent" : va.dump()) + " vs " +
-                    (vb.is_null() ? "absent" : vb.dump()));
-  }
+  for (std::string& d : TensorRecipeDifferences(a.preprocessing, b.preprocessing))
+    out.push_back(std::move(d));
   return out;
 }
 

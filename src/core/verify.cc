@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "core/file_util.h"
+#include "kiln/file.h"
 #include "core/lmdb_env.h"
 #include "kiln/cache_reader.h"
 #include "kiln/manifest.h"
@@ -79,15 +79,16 @@ class Verifier {
   Verifier(std::string dir, const VerifyOptions& o, VerifyReport* r)
       : dir_(std::move(dir)), opt_(o), rep_(r) {}
 
-  void Problem(int64_t index, const std::string& shard, const std::string& what) {
+  using Kind = VerifyProblem::Kind;
+  void Problem(Kind kind, int64_t index, const std::string& shard, const std::string& what) {
     std::lock_guard<std::mutex> lock(mu_);
-    rep_->problems.push_back({index, shard, "", what});
+    rep_->problems.push_back({index, shard, "", what, kind});
   }
 
   void Run() {
     Status s = ReadManifest(dir_, &m_);
     if (!s.ok()) {
-      Problem(-1, "", s.message());
+      Problem(Kind::kManifest, -1, "", s.message());
       return;
     }
     CheckUnexpectedFiles();
@@ -100,12 +101,10 @@ class Verifier {
     for (const ShardInfo& s : m_.shards) listed.insert(s.file);
     DIR* d = opendir(dir_.c_str());
     if (!d) return;
-    const size_t plen = std::strlen(kShardPrefix), slen = std::strlen(kShardSuffix);
     while (dirent* e = readdir(d)) {
       std::string name = e->d_name;
-      if (name.size() > plen + slen && name.compare(0, plen, kShardPrefix) == 0 &&
-          name.compare(name.size() - slen, slen, kShardSuffix) == 0 && !listed.count(name))
-        Problem(-1, name, "unexpected shard file not listed in the manifest (left from another "
+      if (IsShardFile(name) && !listed.count(name))
+        Problem(Kind::kShardFile, -1, name, "unexpected shard file not listed in the manifest (left from another "
                           "build, or the manifest was edited)");
     }
     closedir(d);
@@ -116,14 +115,15 @@ class Verifier {
     uint64_t size = 0;
     Status s = FileSize(path, &size);
     if (!s.ok()) {
-      Problem(static_cast<int64_t>(info.first), info.file,
+      Problem(Kind::kShardFile, static_cast<int64_t>(info.first), info.file,
               "shard file missing: records " + std::to_string(info.first) + ".." +
                   std::to_string(info.first + info.count - 1) + " are lost");
       return;
     }
     rep_->shard_bytes += size;
     if (size != info.bytes) {
-      Problem(-1, info.file, "shard is " + std::to_string(size) + " bytes, manifest says " +
+      Problem(size < info.bytes ? Kind::kShardFile : Kind::kShardMismatch, -1, info.file,
+              "shard is " + std::to_string(size) + " bytes, manifest says " +
                                  std::to_string(info.bytes) +
                                  (size < info.bytes ? " (truncated)" : " (modified)"));
       if (size < info.bytes) return;  // reading a truncated map could fault
@@ -131,18 +131,18 @@ class Verifier {
     LmdbEnv env;
     s = env.OpenForRead(path, 16);
     if (!s.ok()) {
-      Problem(-1, info.file, "cannot open shard: " + s.message());
+      Problem(Kind::kShardFile, -1, info.file, "cannot open shard: " + s.message());
       return;
     }
     LmdbTxn txn;
     s = txn.Begin(env, true);
     if (!s.ok()) {
-      Problem(-1, info.file, s.message());
+      Problem(Kind::kShardFile, -1, info.file, s.message());
       return;
     }
     MDB_cursor* cur = nullptr;
     if (mdb_cursor_open(txn.get(), env.dbi(), &cur) != MDB_SUCCESS) {
-      Problem(-1, info.file, "cannot read shard");
+      Problem(Kind::kShardFile, -1, info.file, "cannot read shard");
       return;
     }
     std::vector<Slot> slots;
@@ -155,25 +155,26 @@ class Verifier {
     for (; rc == MDB_SUCCESS; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
       ++found;
       if (k.mv_size != kKeySize) {
-        Problem(-1, info.file, "a key of " + std::to_string(k.mv_size) + " bytes (not a kiln key)");
+        Problem(Kind::kShardFile, -1, info.file, "a key of " + std::to_string(k.mv_size) + " bytes (not a kiln key)");
         continue;
       }
       const uint64_t idx = DecodeKey(static_cast<const uint8_t*>(k.mv_data));
       if (idx < info.first || idx >= end) {
-        Problem(static_cast<int64_t>(idx), info.file,
+        Problem(Kind::kRecordLost, static_cast<int64_t>(idx), info.file,
                 "record outside the shard's range " + std::to_string(info.first) + ".." +
                     std::to_string(end - 1));
         continue;
       }
       for (; expect < idx; ++expect)
-        Problem(static_cast<int64_t>(expect), info.file, "record missing");
+        Problem(Kind::kRecord, static_cast<int64_t>(expect), info.file, "record missing");
       expect = idx + 1;
       CheckHeader(info, idx, static_cast<const uint8_t*>(v.mv_data), v.mv_size, &slots);
     }
-    if (rc != MDB_NOTFOUND) Problem(-1, info.file, std::string("read error: ") + mdb_strerror(rc));
-    for (; expect < end; ++expect) Problem(static_cast<int64_t>(expect), info.file, "record missing");
+    if (rc != MDB_NOTFOUND)
+      Problem(Kind::kShardFile, -1, info.file, std::string("read error: ") + mdb_strerror(rc));
+    for (; expect < end; ++expect) Problem(Kind::kRecord, static_cast<int64_t>(expect), info.file, "record missing");
     if (found != info.count)
-      Problem(-1, info.file, "shard holds " + std::to_string(found) + " records, manifest says " +
+      Problem(Kind::kShardMismatch, -1, info.file, "shard holds " + std::to_string(found) + " records, manifest says " +
                                  std::to_string(info.count));
     mdb_cursor_close(cur);
     rep_->records_checked += found;
@@ -201,17 +202,17 @@ class Verifier {
     RecordHeader h;
     Status s = DecodeRecordHeader(idx, value, size, &h);
     if (!s.ok()) {
-      Problem(static_cast<int64_t>(idx), info.file, s.message());
+      Problem(Kind::kRecord, static_cast<int64_t>(idx), info.file, s.message());
       return;
     }
     if (h.dtype != m_.dtype || h.shape != m_.shape) {
-      Problem(static_cast<int64_t>(idx), info.file,
+      Problem(Kind::kRecord, static_cast<int64_t>(idx), info.file,
               std::string("record is ") + DTypeName(h.dtype) + " " + h.shape.ToString() +
                   ", manifest says " + DTypeName(m_.dtype) + " " + m_.shape.ToString());
       return;
     }
     if (!m_.classes.empty() && (h.label < 0 || h.label >= static_cast<int64_t>(m_.classes.size())))
-      Problem(static_cast<int64_t>(idx), info.file,
+      Problem(Kind::kRecord, static_cast<int64_t>(idx), info.file,
               "label " + std::to_string(h.label) + " outside the " +
                   std::to_string(m_.classes.size()) + " classes");
     slots->push_back({idx, value, size, h.checksum});
@@ -246,7 +247,7 @@ class Verifier {
     // A shard with missing or damaged records already has problems; the
     // digest tells about records replaced by other valid ones.
     if (slots.size() == info.count && DigestHex(XXH3_64bits_digest(&digest)) != info.digest)
-      Problem(-1, info.file, "shard digest differs from the manifest (records replaced, or the "
+      Problem(Kind::kShardMismatch, -1, info.file, "shard digest differs from the manifest (records replaced, or the "
                              "manifest edited)");
   }
 
@@ -255,11 +256,11 @@ class Verifier {
     if (!DecodeRecordHeader(s.index, s.value, s.size, &h).ok()) return;
     Status st = VerifyRecordChecksum(s.index, s.value, h);
     if (!st.ok()) {
-      Problem(static_cast<int64_t>(s.index), info.file, st.message());
+      Problem(Kind::kRecord, static_cast<int64_t>(s.index), info.file, st.message());
       return;
     }
     if (HasNonFinite(h.dtype, s.value + kRecordHeaderSize, h.payload_bytes))
-      Problem(static_cast<int64_t>(s.index), info.file, "payload holds NaN or Inf");
+      Problem(Kind::kRecord, static_cast<int64_t>(s.index), info.file, "payload holds NaN or Inf");
   }
 
   std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();

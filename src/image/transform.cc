@@ -144,18 +144,6 @@ Status ResizeAndCrop(const ImageU8& in, const ResizeSpec& spec, ImageU8* out) {
   return Status::OK();
 }
 
-size_t DTypeSize(DType dtype) {
-  switch (dtype) {
-    case DType::kUint8:
-      return 1;
-    case DType::kFloat16:
-      return 2;
-    case DType::kFloat32:
-      return 4;
-  }
-  return 0;
-}
-
 uint16_t FloatToHalf(float value) {
   uint32_t bits;
   std::memcpy(&bits, &value, 4);

@@ -8,7 +8,6 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <regex>
 #include <sstream>
 
 #include "kiln/ingest/build.h"
@@ -22,15 +21,8 @@ namespace kiln::ingest {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-std::string PartDirName(int part, int num_parts) {
-  char buf[48];
-  std::snprintf(buf, sizeof(buf), "part-%05d-of-%05d", part, num_parts);
-  return buf;
-}
-
 namespace {
 
-constexpr const char* kRejectsTsv = "rejects.tsv";
 
 struct Part {
   std::string dir;
@@ -136,11 +128,14 @@ Status MergeOne(const std::string& out, std::vector<std::string> dirs, bool keep
                               std::to_string(i));
   }
   // All parts were made the same way, apart from their part number.
-  json pre = json::parse(parts[0].m.preprocessing_json, nullptr, false);
-  if (pre.is_object()) pre.erase("part");
+  auto without_part = [](Preprocessing p) {
+    p.part_index = -1;
+    p.part_count = 0;
+    return p;
+  };
+  const Preprocessing pre = without_part(parts[0].m.preprocessing);
   for (const Part& p : parts) {
-    json q = json::parse(p.m.preprocessing_json, nullptr, false);
-    if (q.is_object()) q.erase("part");
+    const Preprocessing q = without_part(p.m.preprocessing);
     auto diff = PreprocessingDifferences(parts[0].m, p.m);
     if (p.m.classes != parts[0].m.classes) diff.push_back("classes differ");
     if (diff.empty() && q != pre) diff.push_back("sources or options differ");
@@ -161,7 +156,7 @@ Status MergeOne(const std::string& out, std::vector<std::string> dirs, bool keep
   }
   std::error_code ec;
   fs::create_directories(out, ec);
-  if (fs::exists(fs::path(out) / "manifest.json"))
+  if (fs::exists(fs::path(out) / kManifestName))
     return Status::InvalidArgument(out + ": already holds a finished cache; merge into an empty "
                                    "directory (or the one holding only the parts)");
 
@@ -177,7 +172,7 @@ Status MergeOne(const std::string& out, std::vector<std::string> dirs, bool keep
            " but the parts before it hold " + std::to_string(next) +
            " (they rejected inputs): rewriting its " + std::to_string(p.m.count) +
            " records with new indices");
-      KILN_RETURN_IF_ERROR(Reindex(&p, next, (fs::path(out) / (".merge-" + PartDirName(p.m.part_index, n))).string()));
+      KILN_RETURN_IF_ERROR(Reindex(&p, next, (fs::path(out) / (kMergeScratchPrefix + PartDirName(p.m.part_index, n))).string()));
       result->copied_records += p.m.count;
     }
     next += p.m.count;
@@ -186,7 +181,7 @@ Status MergeOne(const std::string& out, std::vector<std::string> dirs, bool keep
   // Shards, in order, as shard-00000.mdb, shard-00001.mdb, ...
   Manifest merged;
   merged.classes = parts[0].m.classes;
-  merged.preprocessing_json = pre.dump();
+  merged.preprocessing = pre;
   merged.dtype = parts[0].m.dtype;
   merged.shape = parts[0].m.shape;
   // How the parts' shards were written (the same for every part of one
@@ -214,7 +209,7 @@ Status MergeOne(const std::string& out, std::vector<std::string> dirs, bool keep
   bool have_sources = true;
   for (const Part& p : parts) {
     std::vector<RecordedSource> listed;
-    Status s = ReadSourcesTsv(p.dir + "/" + kSourcesTsv, &listed);
+    Status s = ReadSourcesTsv(p.dir + "/" + kSourcesTsvName, &listed);
     if (s.IsNotFound()) {
       have_sources = false;
       break;
@@ -225,21 +220,21 @@ Status MergeOne(const std::string& out, std::vector<std::string> dirs, bool keep
       for (RecordedSource& r : sources) r.record = -1;
     }
     if (listed.size() != sources.size())
-      return Status::Corruption(p.dir + "/" + kSourcesTsv + ": lists " +
+      return Status::Corruption(p.dir + "/" + kSourcesTsvName + ": lists " +
                                 std::to_string(listed.size()) + " sources, " + parts[0].dir +
                                 " lists " + std::to_string(sources.size()));
     for (size_t i = 0; i < listed.size(); ++i)
       if (listed[i].record >= 0) sources[i].record = listed[i].record + p.delta;
   }
-  if (have_sources) KILN_RETURN_IF_ERROR(WriteSourcesTsv(out + "/" + kSourcesTsv, sources));
+  if (have_sources) KILN_RETURN_IF_ERROR(WriteSourcesTsv(out + "/" + kSourcesTsvName, sources));
   {
-    std::ofstream f(out + "/" + kRejectsTsv, std::ios::trunc);
+    std::ofstream f(out + "/" + kRejectsName, std::ios::trunc);
     f << "path\treason\n";
     for (const Part& p : parts) {
-      std::vector<std::string> lines = ReadLines(p.dir + "/" + kRejectsTsv);
+      std::vector<std::string> lines = ReadLines(p.dir + "/" + kRejectsName);
       for (size_t i = 1; i < lines.size(); ++i) f << lines[i] << "\n";
     }
-    if (!f) return Status::IOError(out + "/" + kRejectsTsv + ": cannot write");
+    if (!f) return Status::IOError(out + "/" + kRejectsName + ": cannot write");
   }
   KILN_RETURN_IF_ERROR(WriteManifest(out, merged));
 
@@ -257,9 +252,8 @@ Status MergeOne(const std::string& out, std::vector<std::string> dirs, bool keep
 std::vector<std::string> FindParts(const std::string& dir) {
   std::vector<std::string> found;
   std::error_code ec;
-  static const std::regex name("part-[0-9]{5}-of-[0-9]{5}");
   for (const auto& e : fs::directory_iterator(dir, ec))
-    if (e.is_directory() && std::regex_match(e.path().filename().string(), name))
+    if (e.is_directory() && IsPartDirName(e.path().filename().string()))
       found.push_back(e.path().string());
   std::sort(found.begin(), found.end());
   return found;
@@ -278,7 +272,7 @@ Status MergeParts(const std::string& out, const std::vector<std::string>& parts,
     if (!here.empty()) {
       KILN_RETURN_IF_ERROR(MergeOne(out, here, keep_parts, say, &r));
     } else {
-      for (const char* split : {"train", "val"}) {
+      for (const std::string& split : SplitDirs()) {
         const std::string dir = out + "/" + split;
         std::vector<std::string> found = FindParts(dir);
         if (!found.empty()) KILN_RETURN_IF_ERROR(MergeOne(dir, found, keep_parts, say, &r));

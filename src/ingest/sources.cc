@@ -144,6 +144,10 @@ Status ListImageFolderOrThrow(const std::string& root, SourceList* out) {
 }
 }  // namespace
 
+Status ListSources(const std::string& root, const std::string& list_file, SourceList* out) {
+  return list_file.empty() ? ListImageFolder(root, out) : ReadSourceList(root, list_file, out);
+}
+
 Status ReadSourceList(const std::string& root, const std::string& list_path, SourceList* out) {
   SourceList list;
   KILN_RETURN_IF_ERROR(AbsoluteRoot(root, &list.root));

@@ -14,8 +14,6 @@
 
 namespace kiln::ingest {
 
-inline constexpr const char* kSourcesTsv = "sources.tsv";
-
 struct RecordedSource {
   int64_t record = -1;
   SourceItem item;

@@ -3,7 +3,6 @@
 #include <torch/cuda.h>
 
 #include <chrono>
-#include <nlohmann/json.hpp>
 
 #include "device_copy.h"
 
@@ -106,12 +105,8 @@ Status TensorLoader::Open(const CacheReader* reader, const TensorLoaderOptions& 
   }
   if (m.dtype == DType::kUint8) {
     // Raw pixels: (x/255 - mean) / std on the device, from the manifest.
-    const auto pre = nlohmann::json::parse(m.preprocessing_json, nullptr, false);
-    std::vector<double> mean, std;
-    if (pre.is_object() && pre.contains("mean") && pre.contains("std")) {
-      mean = pre["mean"].get<std::vector<double>>();
-      std = pre["std"].get<std::vector<double>>();
-    }
+    const std::vector<double>& mean = m.preprocessing.mean;
+    const std::vector<double>& std = m.preprocessing.std;
     const int64_t c = m.shape.ndim == 3 ? m.shape.dims[0] : 0;
     if (c == 0 || static_cast<int64_t>(mean.size()) != c || static_cast<int64_t>(std.size()) != c)
       return Status::Corruption(reader->dir() + ": a uint8 cache needs per-channel mean and std in "

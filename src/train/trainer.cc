@@ -27,7 +27,7 @@
 #include "kiln/train/tensor_loader.h"
 #include "kiln/verify.h"
 #include "collective.h"
-#include "core/file_util.h"
+#include "kiln/file.h"
 
 namespace kiln::train {
 namespace fs = std::filesystem;

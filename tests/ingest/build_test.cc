@@ -146,7 +146,7 @@ TEST_CASE("builds are byte-identical across thread counts", "[build]") {
   ingest::BuildOptions o;
   o.src = kFashion;
   o.channels = 1;
-  o.norm = "auto";
+  o.norm = NormKind::kAuto;
   o.shuffle_seed = 7;
   o.shard_size = 100 * 28 * 28 * 2;  // several shards
   ingest::BuildResult r;
@@ -523,10 +523,10 @@ std::vector<std::tuple<int64_t, uint64_t, std::string>> Records(const std::strin
   return out;
 }
 
-std::string Preprocessing(const std::string& dir) {
+std::string RecipeText(const std::string& dir) {
   Manifest m;
   REQUIRE(ReadManifest(dir, &m).ok());
-  return m.preprocessing_json;
+  return m.preprocessing.ToJson();
 }
 }  // namespace
 
@@ -551,7 +551,7 @@ TEST_CASE("parts built apart and merged equal a one-part build, record for recor
   CHECK_THAT(log, Catch::Contains("no tensor data copied"));
   CHECK_FALSE(fs::exists(parts / "part-00000-of-00003"));  // the parts are gone: their shards live on
   CHECK(Records(parts.path()) == Records(one.path()));
-  CHECK(Preprocessing(parts.path()) == Preprocessing(one.path()));
+  CHECK(RecipeText(parts.path()) == RecipeText(one.path()));
   CHECK(ReadFile(parts / "sources.tsv") == ReadFile(one / "sources.tsv"));
   CHECK(Kiln("verify " + parts.path() + " --level sources", &log) == 0);
   // The one-part command sees the merged cache as its own.

@@ -76,7 +76,7 @@ TEST_CASE("golden: fashion float16, explicit mean/std, shuffled, split, several 
   TempDir out;
   auto o = Options(kData + "/fashion/train", out.path());
   o.channels = 1;
-  o.norm = "explicit";
+  o.norm = NormKind::kExplicit;
   o.mean = {0.286};
   o.std = {0.353};
   o.shuffle_seed = 11;
@@ -123,7 +123,7 @@ TEST_CASE("golden: photos float32, imagenet statistics, squashed to 40x30", "[bu
   o.size_w = 40;
   o.size_h = 30;
   o.dtype = DType::kFloat32;
-  o.norm = "imagenet";
+  o.norm = NormKind::kImagenet;
   ingest::BuildResult r;
   REQUIRE(ingest::BuildCache(o, nullptr, nullptr, &r).ok());
   CHECK(ShardHashes(out.path()) == 
@@ -137,7 +137,7 @@ TEST_CASE("golden: fashion norm auto over all images, grey photos", "[build][gol
   TempDir out;
   auto o = Options(kData + "/fashion/val", out.path());
   o.channels = 1;
-  o.norm = "auto";
+  o.norm = NormKind::kAuto;
   ingest::BuildResult r;
   REQUIRE(ingest::BuildCache(o, nullptr, nullptr, &r).ok());
   CHECK(ShardHashes(out.path()) == 
@@ -145,4 +145,20 @@ TEST_CASE("golden: fashion norm auto over all images, grey photos", "[build][gol
   CHECK(ManifestSummary(out.path()) == 
         "100 1x28x28 float16 fe129fa3b66dc50d mean=[0.28392026810724286] "
         "std=[0.35388319851093486] norm=\"auto\" resize=0 crop=0 size=[0,0] split=\"\"");
+}
+
+TEST_CASE("golden: norm auto over a seeded sample of 40 images", "[build][golden]") {
+  // The sample comes from kiln's own SeededSample (kiln/shuffle.h), not
+  // std::shuffle, so these bytes are the same with every standard library.
+  TempDir out;
+  auto o = Options(kData + "/fashion/train", out.path());
+  o.channels = 1;
+  o.norm = NormKind::kAuto;
+  o.stats_sample = 40;
+  ingest::BuildResult r;
+  REQUIRE(ingest::BuildCache(o, nullptr, nullptr, &r).ok());
+  CHECK(ShardHashes(out.path()) == "shard-00000.mdb=daf8e11cbaa87af7");
+  CHECK(ManifestSummary(out.path()) == 
+        "300 1x28x28 float16 f63f1c508b087435 mean=[0.28901485594237697] "
+        "std=[0.35650513775356324] norm=\"auto\" resize=0 crop=0 size=[0,0] split=\"\"");
 }

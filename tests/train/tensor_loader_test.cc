@@ -32,7 +32,10 @@ void WriteUint8Cache(const std::string& dir, uint64_t n) {
   }
   Manifest m;
   m.classes = {"a", "b", "c", "d"};
-  m.preprocessing_json = R"({"mean": [0.5, 0.25, 0.75], "std": [0.5, 0.25, 0.125], "normalized": false})";
+  REQUIRE(Preprocessing::FromJson(
+              R"({"mean": [0.5, 0.25, 0.75], "std": [0.5, 0.25, 0.125], "normalized": false})",
+              "test", &m.preprocessing)
+              .ok());
   REQUIRE(w->Finish(&m).ok());
 }
 }  // namespace

@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "kiln/image/decode.h"
+#include "kiln/record.h"
 #include "kiln/status.h"
 
 namespace kiln::image {
@@ -46,10 +47,8 @@ Status PlanGeometry(int in_w, int in_h, const ResizeSpec& spec, int* out_w, int*
 // mapped onto the smaller image). REQUIRES: &in != out.
 Status ResizeAndCrop(const ImageU8& in, const ResizeSpec& spec, ImageU8* out);
 
-enum class DType { kUint8, kFloat16, kFloat32 };
-
-// Bytes per element of `dtype` (1, 2 or 4).
-size_t DTypeSize(DType dtype);
+// The record element types (kiln::DType of the cache format).
+using kiln::DType;
 
 // Writes `in` (HWC) as CHW of `dtype` into dst, which the caller owns and
 // which must hold in.channels * in.height * in.width * DTypeSize(dtype)

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/preprocessing.h"
 #include "kiln/progress.h"
 #include "kiln/record.h"
 #include "kiln/status.h"
@@ -47,6 +48,9 @@ Status ListImageFolder(const std::string& root, SourceList* out);
 // not parse or a path outside root is an InvalidArgument naming the line.
 Status ReadSourceList(const std::string& root, const std::string& list_path, SourceList* out);
 
+// ListImageFolder(root) when `list_file` is empty, else ReadSourceList.
+Status ListSources(const std::string& root, const std::string& list_file, SourceList* out);
+
 // XXH3 digest (hex) of the sorted (path, label, size, mtime) list.
 std::string SourceDigest(const SourceList& list);
 
@@ -59,8 +63,8 @@ struct BuildOptions {
   int size_w = 0, size_h = 0;       // squash to W x H instead; 0 = none
   int channels = 3;                 // 1 or 3
   DType dtype = DType::kFloat16;    // float16/float32: normalized; uint8: raw pixels
-  std::string norm = "none";        // none (mean 0, std 1), imagenet, auto, or explicit
-  std::vector<double> mean, std;    // explicit per-channel values (norm = "explicit")
+  NormKind norm = NormKind::kNone;  // none (mean 0, std 1), imagenet, auto, or explicit
+  std::vector<double> mean, std;    // explicit per-channel values (norm = kExplicit)
   uint64_t stats_sample = 0;        // norm auto: seeded sample of N images; 0 = all
   double val_fraction = 0;          // > 0: OUT/train and OUT/val split by path hash
   int64_t shuffle_seed = -1;        // >= 0: write a seeded permutation of the records
@@ -74,8 +78,6 @@ struct BuildOptions {
   int part = 0;                     //   into OUT/part-IIIII-of-NNNNN (per split); see MergeParts
 };
 
-// "part-00002-of-00008" (0-based index).
-std::string PartDirName(int part, int num_parts);
 
 struct BuildResult {
   uint64_t written = 0;

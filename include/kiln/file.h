@@ -1,9 +1,10 @@
-// Small POSIX file helpers shared by the core (internal header).
-#ifndef KILN_SRC_CORE_FILE_UTIL_H_
-#define KILN_SRC_CORE_FILE_UTIL_H_
+// Small POSIX file helpers of kiln, shared by every module.
+#ifndef KILN_FILE_H_
+#define KILN_FILE_H_
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kiln/status.h"
 
@@ -11,6 +12,10 @@ namespace kiln {
 
 // Reads a whole file. NotFound when it does not exist, IOError otherwise.
 Status ReadWholeFile(const std::string& path, std::string* out);
+// Reads a whole file into bytes, sized once from fstat (an input image).
+// IOError without the path ("cannot open: <reason>", "cannot stat", "read
+// failed"): the caller names the file.
+Status ReadFileBytes(const std::string& path, std::vector<uint8_t>* out);
 // Writes DIR/NAME atomically: DIR/TEMP is written and fsynced, renamed over
 // NAME, and DIR is fsynced, so NAME is either the old or the new content.
 Status WriteFileAtomic(const std::string& dir, const std::string& name, const std::string& temp,
@@ -24,4 +29,4 @@ Status PosixError(const std::string& context, int err);
 
 }  // namespace kiln
 
-#endif  // KILN_SRC_CORE_FILE_UTIL_H_
+#endif  // KILN_FILE_H_

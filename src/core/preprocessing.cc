@@ -1,0 +1,168 @@
+#include "kiln/preprocessing.h"
+
+#include <nlohmann/json.hpp>
+#include <set>
+
+namespace kiln {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* kNormNames[] = {"none", "imagenet", "auto", "explicit"};
+
+// The fields kiln build records; a recipe with all of them is complete.
+constexpr const char* kRecipeKeys[] = {
+    "source", "resize",       "crop",      "size",         "interpolation", "channels",
+    "dtype",  "norm",         "mean",      "std",          "normalized",    "max_pixels",
+    "shuffle_seed", "val_fraction", "split", "stats_sample", "libraries"};
+// Known but optional: "part" (a part's own record).
+bool IsKnownKey(const std::string& k) {
+  if (k == "part") return true;
+  for (const char* r : kRecipeKeys)
+    if (k == r) return true;
+  return false;
+}
+
+json ToJsonValue(const Preprocessing& p) {
+  if (!p.complete) {
+    json j = json::parse(p.recorded_json, nullptr, /*allow_exceptions=*/false);
+    return j.is_object() ? j : json::object();
+  }
+  json j = json::object();
+  j["source"] = {{"root", p.source.root}, {"layout", p.source.layout},
+                 {"files", p.source.files}, {"digest", p.source.digest}};
+  if (!p.source.list_file.empty()) j["source"]["list_file"] = p.source.list_file;
+  if (p.part_index >= 0) j["part"] = {{"index", p.part_index}, {"of", p.part_count}};
+  j["resize"] = p.resize;
+  j["crop"] = p.crop;
+  j["size"] = {p.size_w, p.size_h};
+  j["interpolation"] = p.interpolation;
+  j["channels"] = p.channels;
+  j["dtype"] = DTypeName(p.dtype);
+  j["norm"] = NormKindName(p.norm);
+  j["mean"] = p.mean;
+  j["std"] = p.std;
+  j["normalized"] = p.normalized;
+  j["max_pixels"] = p.max_pixels;
+  j["shuffle_seed"] = p.shuffle_seed;
+  j["val_fraction"] = p.val_fraction;
+  j["split"] = p.split;
+  j["stats_sample"] = p.stats_sample;
+  j["libraries"] = json::object();
+  for (const auto& [name, version] : p.libraries) j["libraries"][name] = version;
+  for (const auto& [key, text] : p.extra) j[key] = json::parse(text, nullptr, false);
+  return j;
+}
+
+}  // namespace
+
+const char* NormKindName(NormKind kind) { return kNormNames[static_cast<int>(kind)]; }
+
+Status ParseNormKind(const std::string& name, NormKind* out) {
+  for (int i = 0; i < 4; ++i)
+    if (name == kNormNames[i]) {
+      *out = static_cast<NormKind>(i);
+      return Status::OK();
+    }
+  return Status::InvalidArgument("norm '" + name + "': expected none, imagenet, auto or explicit");
+}
+
+std::string Preprocessing::ToJson() const { return ToJsonValue(*this).dump(); }
+
+Status Preprocessing::FromJson(const std::string& text, const std::string& where,
+                               Preprocessing* out) {
+  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object())
+    return Status::Corruption(where + ": \"preprocessing\" is not a JSON object");
+  Preprocessing p;
+  size_t recipe_keys = 0;
+  for (const char* k : kRecipeKeys) recipe_keys += j.contains(k);
+  p.complete = recipe_keys == std::size(kRecipeKeys);
+  if (!p.complete) p.recorded_json = j.dump();
+  const char* field = "";
+  try {
+    auto get = [&](const char* key, auto* value) {
+      field = key;
+      if (j.contains(key)) j.at(key).get_to(*value);
+    };
+    if (j.contains("source")) {
+      field = "source";
+      const json& s = j.at("source");
+      p.source.root = s.at("root").get<std::string>();
+      p.source.layout = s.at("layout").get<std::string>();
+      p.source.files = s.at("files").get<uint64_t>();
+      p.source.digest = s.at("digest").get<std::string>();
+      p.source.list_file = s.value("list_file", std::string());
+    }
+    if (j.contains("part")) {
+      field = "part";
+      p.part_index = j.at("part").at("index").get<int>();
+      p.part_count = j.at("part").at("of").get<int>();
+    }
+    get("resize", &p.resize);
+    get("crop", &p.crop);
+    if (j.contains("size")) {
+      field = "size";
+      p.size_w = j.at("size").at(0).get<int>();
+      p.size_h = j.at("size").at(1).get<int>();
+    }
+    get("interpolation", &p.interpolation);
+    get("channels", &p.channels);
+    if (j.contains("dtype")) {
+      field = "dtype";
+      KILN_RETURN_IF_ERROR(ParseDType(j.at("dtype").get<std::string>(), &p.dtype).WithContext(where));
+    }
+    if (j.contains("norm")) {
+      field = "norm";
+      KILN_RETURN_IF_ERROR(ParseNormKind(j.at("norm").get<std::string>(), &p.norm)
+                               .WithContext(where));
+    }
+    get("mean", &p.mean);
+    get("std", &p.std);
+    get("normalized", &p.normalized);
+    get("max_pixels", &p.max_pixels);
+    get("shuffle_seed", &p.shuffle_seed);
+    get("val_fraction", &p.val_fraction);
+    get("split", &p.split);
+    get("stats_sample", &p.stats_sample);
+    get("libraries", &p.libraries);
+  } catch (const json::exception& e) {
+    return Status::Corruption(where + ": preprocessing field \"" + field +
+                              "\" is missing a part or has the wrong type (" + e.what() + ")");
+  }
+  if (p.complete)
+    for (auto it = j.begin(); it != j.end(); ++it)
+      if (!IsKnownKey(it.key())) p.extra[it.key()] = it.value().dump();
+  *out = std::move(p);
+  return Status::OK();
+}
+
+std::string RecipeChanges(const Preprocessing& from, const Preprocessing& to) {
+  const json a = ToJsonValue(from), b = ToJsonValue(to);
+  std::set<std::string> keys;
+  for (auto it = a.begin(); it != a.end(); ++it) keys.insert(it.key());
+  for (auto it = b.begin(); it != b.end(); ++it) keys.insert(it.key());
+  std::string out;
+  for (const auto& k : keys) {
+    const json va = a.contains(k) ? a[k] : json(), vb = b.contains(k) ? b[k] : json();
+    if (va != vb) out += (out.empty() ? "" : "; ") + k + ": " + va.dump() + " -> " + vb.dump();
+  }
+  return out;
+}
+
+std::vector<std::string> TensorRecipeDifferences(const Preprocessing& a, const Preprocessing& b) {
+  const json pa = ToJsonValue(a), pb = ToJsonValue(b);
+  std::vector<std::string> out;
+  for (const char* key :
+       {"channels", "resize", "crop", "size", "interpolation", "normalized", "mean", "std"}) {
+    const json va = pa.contains(key) ? pa[key] : json();
+    const json vb = pb.contains(key) ? pb[key] : json();
+    if (va != vb)
+      out.push_back(std::string(key) + ": " + (va.is_null() ? "absent" : va.dump()) + " vs " +
+                    (vb.is_null() ? "absent" : vb.dump()));
+  }
+  return out;
+}
+
+}  // namespace kiln

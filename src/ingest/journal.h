@@ -1,0 +1,90 @@
+// The build journal (internal): what makes a build resumable and its end
+// certain. In the cache directory:
+//   build.json       the recipe of the build in progress (removed at the end)
+//   rejects.partial  "position<TAB>path<TAB>reason" lines, appended as inputs
+//                    are rejected, so a resumed build knows them
+//   rejects.tsv      every reject of the finished build, in source order
+// and the decision how a build starts: up to date, resumed, or fresh.
+#ifndef KILN_SRC_INGEST_JOURNAL_H_
+#define KILN_SRC_INGEST_JOURNAL_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "kiln/ingest/build.h"
+#include "kiln/preprocessing.h"
+#include "kiln/status.h"
+
+namespace kiln::ingest {
+
+enum class BuildStart { kUpToDate, kResume, kFresh };
+
+// Decides how a build of `recipe` into DIR starts:
+//  - DIR holds a finished cache of the same recipe: kUpToDate (said through
+//    `info`); under `strict`, a reject recorded in its rejects.tsv is a
+//    Corruption naming it.
+//  - a finished cache of another recipe: Stale saying what changed, unless
+//    `force` (then kFresh).
+//  - no manifest but build.json of the same recipe: kResume (kFresh with
+//    `force`); of another recipe: Stale unless `force`.
+//  - nothing: kFresh.
+Status DecideStart(const std::string& dir, const Preprocessing& recipe, bool force, bool strict,
+                   const InfoFn& info, BuildStart* out);
+
+// Discards what an earlier build left in DIR (shards, journal, sources.tsv,
+// rejects.tsv) and records `recipe` in build.json. REQUIRES: the writer's
+// directory lock is held and the manifest is gone (CacheWriter::Open's
+// `prepare`), so that neither a running build nor an interrupted discard
+// leaves DIR looking complete.
+Status BeginFreshBuild(const std::string& dir, const Preprocessing& recipe);
+
+// Removes build.json and rejects.partial once the manifest is written.
+void EndBuild(const std::string& dir);
+
+// A rejects.tsv / rejects.partial line ("path<TAB>reason") as "path: reason".
+std::string RejectText(std::string line);
+
+// The rejects of one build, logged to DIR/rejects.partial as they happen.
+class RejectLog {
+ public:
+  RejectLog() = default;
+  RejectLog(const RejectLog&) = delete;
+  RejectLog& operator=(const RejectLog&) = delete;
+  ~RejectLog();
+
+  // Opens DIR/rejects.partial for appending; with `resume`, first reads
+  // what the interrupted run logged. IOError naming the file.
+  Status Open(const std::string& dir, bool resume);
+  void Close();
+
+  // Source positions rejected by the interrupted run (resume only).
+  const std::set<size_t>& before() const { return before_; }
+  // Positions rejected by this run.
+  const std::set<size_t>& now() const { return now_; }
+  bool rejected(size_t position) const { return before_.count(position) || now_.count(position); }
+  // Every reject so far as "path<TAB>reason", the interrupted run's first.
+  const std::vector<std::string>& lines() const { return lines_; }
+
+  // Logs that source position `position` (file `path`) was rejected.
+  // Tabs and newlines in `reason` become spaces.
+  Status Add(size_t position, const std::string& path, std::string reason);
+  // Writes DIR/rejects.tsv: a header and every line.
+  Status WriteTsv() const;
+
+ private:
+  std::string dir_;
+  int fd_ = -1;
+  std::set<size_t> before_, now_;
+  std::vector<std::string> lines_;
+};
+
+// The first position of a plan of `sources` positions that is neither among
+// the `written` records nor rejected before: where a resumed build goes on.
+size_t ResumePoint(size_t sources, uint64_t written, const std::set<size_t>& rejected_before);
+
+}  // namespace kiln::ingest
+
+#endif  // KILN_SRC_INGEST_JOURNAL_H_

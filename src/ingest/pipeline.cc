@@ -1,0 +1,135 @@
+#include "pipeline.h"
+
+#include <tbb/parallel_pipeline.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+
+namespace kiln::ingest {
+
+namespace {
+
+constexpr size_t kChunk = 16;  // items per pipeline token
+
+struct Chunk {
+  size_t begin = 0, end = 0;  // positions of the job's order
+  std::vector<uint8_t> payload;
+  std::vector<Status> status;
+};
+
+// Chunks reused from token to token.
+class ChunkPool {
+ public:
+  explicit ChunkPool(uint64_t record_bytes) : record_bytes_(record_bytes) {}
+  Chunk* Take() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (pool_.empty()) {
+      auto c = std::make_unique<Chunk>();
+      c->payload.resize(kChunk * record_bytes_);
+      c->status.resize(kChunk);
+      return c.release();
+    }
+    Chunk* c = pool_.back().release();
+    pool_.pop_back();
+    return c;
+  }
+  void Give(Chunk* c) {
+    std::lock_guard<std::mutex> lock(mu_);
+    pool_.emplace_back(c);
+  }
+
+ private:
+  const uint64_t record_bytes_;
+  std::mutex mu_;
+  std::vector<std::unique_ptr<Chunk>> pool_;
+};
+
+}  // namespace
+
+Status RunPipeline(const PipelineJob& job, CacheWriter* writer, RejectLog* rejects,
+                   const std::function<void(const PipelineCounts&)>& tick,
+                   PipelineCounts* counts) {
+  const SourceList& src = *job.sources;
+  const std::vector<size_t>& order = *job.order;
+  const Preprocessor& pre = *job.preprocessor;
+  const uint64_t record_bytes = pre.record_bytes();
+  const int threads = job.threads > 0 ? job.threads : tbb::this_task_arena::max_concurrency();
+  // Enough chunks in flight that decoding goes on while the serial writer
+  // commits (8 per thread: 3.6 s instead of 4.4 s for the 4000-image corpus
+  // on 2 threads; 16 per thread gains nothing more).
+  const size_t tokens = static_cast<size_t>(std::max(4, threads * 8));
+  ChunkPool pool(record_bytes);
+  size_t next = job.start;
+  Status failure;
+  std::atomic<bool> failed{false};  // `failure` set: read no more input, decode no more
+  *counts = PipelineCounts();
+  auto last_tick = std::chrono::steady_clock::now();
+
+  auto read_stage = [&](tbb::flow_control& fc) -> Chunk* {
+    if (next >= order.size() || failed) {
+      fc.stop();
+      return nullptr;
+    }
+    Chunk* c = pool.Take();
+    c->begin = next;
+    c->end = std::min(next + kChunk, order.size());
+    next = c->end;
+    return c;
+  };
+  auto decode_stage = [&](Chunk* c) -> Chunk* {
+    Preprocessor::Scratch scratch;
+    for (size_t k = c->begin; k < c->end; ++k) {
+      Status& s = c->status[k - c->begin];
+      if (rejects->before().count(k) || failed) {
+        s = Status::NotFound("skip");
+        continue;
+      }
+      try {
+        s = pre.Process(src.root, src.items[order[k]], &scratch,
+                        c->payload.data() + (k - c->begin) * record_bytes);
+      } catch (const std::exception& e) {
+        s = Status::Corruption(e.what());
+      }
+    }
+    return c;
+  };
+  auto write_stage = [&](Chunk* c) {
+    for (size_t k = c->begin; k < c->end && failure.ok(); ++k) {
+      const Status& s = c->status[k - c->begin];
+      const SourceItem& it = src.items[order[k]];
+      if (s.ok()) {
+        failure = writer->Append(writer->next_index(), it.label,
+                                 c->payload.data() + (k - c->begin) * record_bytes);
+        ++counts->written;
+      } else if (!rejects->before().count(k)) {
+        ++counts->rejected;
+        const std::string path = src.root + "/" + it.rel_path;
+        failure = rejects->Add(k, path, s.message());
+        if (job.strict && failure.ok())
+          failure = Status::Corruption(RejectText(rejects->lines().back()) +
+                                       " (rejected under --strict)");
+      }
+    }
+    if (!failure.ok()) failed = true;
+    pool.Give(c);
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_tick > std::chrono::milliseconds(500)) {
+      last_tick = now;
+      tick(*counts);
+    }
+  };
+
+  InArena(job.threads, [&] {
+    tbb::parallel_pipeline(
+        tokens,
+        tbb::make_filter<void, Chunk*>(tbb::filter_mode::serial_in_order, read_stage) &
+            tbb::make_filter<Chunk*, Chunk*>(tbb::filter_mode::parallel, decode_stage) &
+            tbb::make_filter<Chunk*, void>(tbb::filter_mode::serial_in_order, write_stage));
+  });
+  return failure;
+}
+
+}  // namespace kiln::ingest

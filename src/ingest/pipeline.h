@@ -1,0 +1,49 @@
+// The build pipeline (internal), after oneTBB's parallel_pipeline example:
+//   ReadStage   (serial, in order): hands out chunks of source positions
+//   DecodeStage (parallel):         preprocesses each source into the chunk's
+//                                   payload buffer, or records why not
+//   WriteStage  (serial, in order): appends records, logs rejects
+// Tokens carry chunks of kChunk items; chunks come from a pool, so memory is
+// bounded by tokens x chunk x record size whatever the dataset.
+#ifndef KILN_SRC_INGEST_PIPELINE_H_
+#define KILN_SRC_INGEST_PIPELINE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "journal.h"
+#include "kiln/cache_writer.h"
+#include "kiln/ingest/build.h"
+#include "preprocessor.h"
+
+namespace kiln::ingest {
+
+struct PipelineJob {
+  const SourceList* sources = nullptr;
+  const std::vector<size_t>* order = nullptr;  // source items in record order
+  size_t start = 0;                            // first position of `order` to process
+  const Preprocessor* preprocessor = nullptr;
+  int threads = 0;                             // 0 = all cores
+  bool strict = false;                         // the first reject fails the run
+};
+
+struct PipelineCounts {
+  uint64_t written = 0;   // records appended by this run
+  uint64_t rejected = 0;  // sources rejected by this run
+};
+
+// Processes positions start.. of the job's order: each good record is
+// appended to `writer` (at its next index), each bad source logged in
+// `rejects` (positions it already holds are skipped). `tick` is called from
+// the writer stage at most every 500 ms. Returns the first write or log
+// failure, or under strict the first reject (Corruption naming the file);
+// the pipeline then stops reading and decoding.
+Status RunPipeline(const PipelineJob& job, CacheWriter* writer, RejectLog* rejects,
+                   const std::function<void(const PipelineCounts&)>& tick,
+                   PipelineCounts* counts);
+
+}  // namespace kiln::ingest
+
+#endif  // KILN_SRC_INGEST_PIPELINE_H_

@@ -1,0 +1,91 @@
+// Preprocessor (internal): one source file -> one record's bytes, from a
+// typed recipe. Serves the build pipeline, --repair and verify --level deep
+// alike, so that all three make a record the same way.
+//
+// Thread-safety: a Preprocessor is immutable; Process may run on many
+// threads at once, each with its own Scratch.
+#ifndef KILN_SRC_INGEST_PREPROCESSOR_H_
+#define KILN_SRC_INGEST_PREPROCESSOR_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kiln/image/decode.h"
+#include "kiln/image/transform.h"
+#include "kiln/ingest/build.h"
+#include "kiln/preprocessing.h"
+#include "kiln/record.h"
+#include "kiln/status.h"
+
+namespace kiln::ingest {
+
+class Preprocessor {
+ public:
+  // Buffers of one thread, reused from file to file.
+  struct Scratch {
+    std::vector<uint8_t> bytes;
+    image::ImageU8 decoded, resized;
+  };
+
+  // `recipe` gives geometry, channels, dtype, max_pixels and (for
+  // Process) mean/std; `shape` is the records' CHW shape.
+  Preprocessor(const Preprocessing& recipe, const Shape& shape);
+  Preprocessor() = default;  // an empty one, to be assigned
+
+  // For re-checks of a finished cache: the manifest's recipe must be one
+  // kiln build wrote (Corruption otherwise, saying so).
+  static Status FromManifestRecipe(const Preprocessing& recipe, const Shape& shape,
+                                   Preprocessor* out);
+
+  const Shape& shape() const { return shape_; }
+  uint64_t record_bytes() const { return record_bytes_; }
+
+  // Reads ROOT/item.rel_path, decodes, resizes and crops it into
+  // scratch->resized (HWC, uint8), checking the size against shape().
+  // Returns the reason a file cannot be a record.
+  Status Resize(const std::string& root, const SourceItem& item, Scratch* scratch) const;
+  // Resize, then writes the record payload (CHW, dtype, normalized with
+  // the recipe's mean/std) into dst (record_bytes()).
+  Status Process(const std::string& root, const SourceItem& item, Scratch* scratch,
+                 void* dst) const;
+
+  // The record shape for `recipe`: fixed by crop or size; otherwise that of
+  // the first image of `src` that decodes. InvalidArgument when none does.
+  static Status PlanShape(const Preprocessing& recipe, const SourceList& src, Shape* out);
+
+  // Exact per-channel mean and std (in [0, 1] units) of the resized pixels
+  // of the items `pick` of `src`: integer sums, so the result does not
+  // depend on the thread count. InvalidArgument when no image is readable.
+  Status MeasureStats(const SourceList& src, const std::vector<size_t>& pick, int threads,
+                      std::vector<double>* mean, std::vector<double>* std) const;
+
+ private:
+  Preprocessing recipe_;
+  image::ResizeSpec spec_;
+  Shape shape_;
+  uint64_t record_bytes_ = 0;
+  std::vector<float> mean_, std_;
+};
+
+// Runs f in a task arena of `threads` threads (0: TBB's default, all cores).
+template <typename F>
+void InArena(int threads, F&& f);
+
+}  // namespace kiln::ingest
+
+#include <tbb/task_arena.h>
+
+namespace kiln::ingest {
+template <typename F>
+void InArena(int threads, F&& f) {
+  if (threads > 0) {
+    tbb::task_arena arena(threads);
+    arena.execute(f);
+  } else {
+    f();
+  }
+}
+}  // namespace kiln::ingest
+
+#endif  // KILN_SRC_INGEST_PREPROCESSOR_H_

@@ -1,0 +1,111 @@
+// kiln verify --level sources|deep: the checks that need the sources.
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <set>
+
+#include "kiln/cache_layout.h"
+#include "kiln/cache_reader.h"
+#include "kiln/ingest/build.h"
+#include "kiln/manifest.h"
+#include "kiln/shuffle.h"
+#include "kiln/verify.h"
+#include "preprocessor.h"
+#include "sources_tsv.h"
+
+namespace kiln::ingest {
+
+Status VerifyWithSources(const std::string& dir, const VerifyOptions& options, uint64_t sample,
+                         uint64_t seed, VerifyReport* report) {
+  VerifyOptions core = options;
+  if (core.level > VerifyLevel::kFull) core.level = VerifyLevel::kFull;
+  KILN_RETURN_IF_ERROR(VerifyCache(dir, core, report));
+  report->level = options.level;
+  if (options.level <= VerifyLevel::kFull) return Status::OK();
+  const auto t0 = std::chrono::steady_clock::now();
+  using Kind = VerifyProblem::Kind;
+  auto problem = [&](int64_t index, const std::string& source, const std::string& what,
+                     Kind kind = Kind::kSource) {
+    report->problems.push_back({index, "", source, what, kind});
+  };
+  Manifest m;
+  if (!ReadManifest(dir, &m).ok()) return Status::OK();  // already reported
+  std::vector<RecordedSource> recorded;
+  Status s = ReadSourcesTsv(dir + "/" + kSourcesTsvName, &recorded);
+  if (!s.ok()) {
+    problem(-1, "", s.message() + "; cannot compare with the sources");
+    return Status::OK();
+  }
+  std::map<std::string, const RecordedSource*> by_path;
+  std::map<int64_t, const RecordedSource*> by_record;
+  for (const auto& r : recorded) {
+    by_path[r.item.rel_path] = &r;
+    if (r.record >= 0) by_record[r.record] = &r;
+  }
+  // Name the source of every record-level problem found so far.
+  for (auto& p : report->problems)
+    if (p.index >= 0 && by_record.count(p.index) && p.source.empty())
+      p.source = by_record[p.index]->item.rel_path;
+
+  Preprocessor pre;
+  s = Preprocessor::FromManifestRecipe(m.preprocessing, m.shape, &pre);
+  if (!s.ok()) {
+    problem(-1, "", s.message());
+    return Status::OK();
+  }
+  SourceList now;
+  s = ListSources(m.preprocessing.source.root, m.preprocessing.source.list_file, &now);
+  if (!s.ok()) {
+    problem(-1, "", "cannot list the sources again: " + s.message());
+    return Status::OK();
+  }
+  std::set<std::string> seen;
+  for (const SourceItem& it : now.items) {
+    seen.insert(it.rel_path);
+    auto f = by_path.find(it.rel_path);
+    if (f == by_path.end()) {
+      problem(-1, it.rel_path, "source file added since the build (the cache is stale)");
+    } else if (f->second->item.size != it.size || f->second->item.mtime_ns != it.mtime_ns ||
+               f->second->item.label != it.label) {
+      problem(f->second->record, it.rel_path,
+              "source file changed since the build (size, mtime or label; the cache is stale)");
+    }
+  }
+  for (const auto& r : recorded)
+    if (!seen.count(r.item.rel_path))
+      problem(r.record, r.item.rel_path, "source file removed since the build (the cache is stale)");
+
+  if (options.level >= VerifyLevel::kDeep && !by_record.empty()) {
+    std::vector<int64_t> all;
+    for (const auto& kv : by_record) all.push_back(kv.first);
+    std::vector<int64_t> records;
+    for (size_t k : SeededSample(all.size(), sample, seed)) records.push_back(all[k]);
+    std::unique_ptr<CacheReader> reader;
+    s = CacheReader::Open(dir, ReaderOptions(), &reader);
+    if (s.ok()) {
+      auto txn = reader->BeginRead();
+      std::vector<uint8_t> buf(pre.record_bytes());
+      Preprocessor::Scratch scratch;
+      for (int64_t rec : records) {
+        const SourceItem& it = by_record[rec]->item;
+        RecordView v;
+        if (!txn->Get(static_cast<uint64_t>(rec), &v).ok()) continue;  // reported by full
+        Status ps = pre.Process(m.preprocessing.source.root, it, &scratch, buf.data());
+        if (!ps.ok()) {
+          problem(rec, it.rel_path, "cannot preprocess the source again: " + ps.message());
+        } else if (v.bytes != buf.size() || std::memcmp(v.data, buf.data(), buf.size()) != 0) {
+          problem(rec, it.rel_path,
+                  "preprocessing the source again gives different bytes than the record",
+                  Kind::kRecord);
+        }
+      }
+    }
+  }
+  std::stable_sort(report->problems.begin(), report->problems.end(),
+                   [](const VerifyProblem& a, const VerifyProblem& b) { return a.index < b.index; });
+  report->seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return Status::OK();
+}
+
+}  // namespace kiln::ingest
