@@ -9,7 +9,9 @@
 #include <sstream>
 
 #include "command.h"
+#include "progress_printer.h"
 #include "kiln/ingest/build.h"
+#include "kiln/units.h"
 
 namespace kiln::tools {
 namespace {
@@ -31,23 +33,6 @@ Status ParseList(const std::string& text, std::vector<double>* out) {
       return Status::InvalidArgument("'" + text + "' is not a comma-separated list of numbers");
     }
   }
-  return Status::OK();
-}
-
-Status ParseBytes(const std::string& text, uint64_t* out) {
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  if (end == text.c_str() || v <= 0) return Status::InvalidArgument("--shard-size '" + text + "'");
-  double mult = 1;
-  switch (*end) {
-    case 'K': case 'k': mult = 1ull << 10; break;
-    case 'M': case 'm': mult = 1ull << 20; break;
-    case 'G': case 'g': mult = 1ull << 30; break;
-    case 'T': case 't': mult = 1ull << 40; break;
-    case '\0': break;
-    default: return Status::InvalidArgument("--shard-size '" + text + "' (use e.g. 512M, 4G)");
-  }
-  *out = static_cast<uint64_t>(v * mult);
   return Status::OK();
 }
 
@@ -105,7 +90,7 @@ int RunBuild(BuildArgs& a) {
   if (s.ok() && !a.size.empty() &&
       std::sscanf(a.size.c_str(), "%dx%d", &o.size_w, &o.size_h) != 2)
     s = Status::InvalidArgument("--size '" + a.size + "' (expected WxH, e.g. 64x64)");
-  if (s.ok()) s = ParseBytes(a.shard_size, &o.shard_size);
+  if (s.ok()) s = ParseByteSize(a.shard_size, "--shard-size", &o.shard_size);
   if (s.ok() && (!a.mean.empty() || !a.std.empty())) {
     if (!a.norm.empty() && a.norm != "explicit")
       s = Status::InvalidArgument("--mean/--std exclude --norm " + a.norm);
@@ -120,28 +105,11 @@ int RunBuild(BuildArgs& a) {
   }
   if (!s.ok()) return ReportError("build", s);
 
-  const bool tty = ::isatty(STDERR_FILENO);
-  const std::string mode = a.progress == "auto" ? (tty ? "tty" : "plain") : a.progress;
-  double last_plain = -10;
+  ProgressPrinter print;
+  s = MakeProgressPrinter("build", "images", a.progress, &print);
+  if (!s.ok()) return ReportError("build", s);
   auto progress = [&](const std::string& cache, const Progress& p) {
-    const double rate = p.seconds > 0 ? p.done / p.seconds : 0;
-    const double mbs = p.seconds > 0 ? p.bytes / p.seconds / 1e6 : 0;
-    const double eta = rate > 0 ? (p.total - p.done) / rate : 0;
-    if (mode == "json") {
-      nlohmann::json j = {{"cache", cache}, {"done", p.done}, {"total", p.total},
-                          {"images_per_s", rate}, {"mb_per_s", mbs}, {"eta_s", eta},
-                          {"final", p.final}};
-      std::cout << j.dump() << std::endl;
-    } else if (mode == "tty") {
-      std::fprintf(stderr, "\r%s: %llu/%llu  %.0f img/s  %.1f MB/s  ETA %.0f s   %s",
-                   cache.c_str(), (unsigned long long)p.done, (unsigned long long)p.total, rate, mbs,
-                   eta, p.final ? "\n" : "");
-    } else if (mode == "plain" && (p.final || p.seconds - last_plain >= 10)) {
-      last_plain = p.seconds;
-      std::fprintf(stderr, "%s: %llu/%llu images, %.0f img/s, %.1f MB/s, ETA %.0f s\n",
-                   cache.c_str(), (unsigned long long)p.done, (unsigned long long)p.total, rate,
-                   mbs, eta);
-    }
+    if (print) print(cache, p);
   };
   auto info = [](const std::string& line) { std::cerr << line << "\n"; };
   ingest::BuildResult r;

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "progress_printer.h"
 #include "kiln/cache_layout.h"
 #include "kiln/verify.h"
 
@@ -24,50 +25,16 @@ struct VerifyArgs {
   std::string progress = "auto";
 };
 
-// Progress on stderr (stdout carries the report): a live line on a
-// terminal, a plain line every 10 s otherwise, or JSON objects.
-std::function<void(const Progress&)> MakeProgress(const std::string& dir,
-                                                         const std::string& want) {
-  const std::string mode = want == "auto" ? (::isatty(STDERR_FILENO) ? "tty" : "plain") : want;
-  if (mode == "none") return {};
-  auto last = std::make_shared<double>(-1);
-  return [dir, mode, last](const Progress& p) {
-    const double rate = p.seconds > 0 ? p.done / p.seconds : 0;
-    const double eta = rate > 0 ? (p.total - p.done) / rate : 0;
-    const double mbs = p.seconds > 0 ? p.bytes / p.seconds / 1e6 : 0;
-    if (mode == "json") {
-      if (!p.final && p.seconds - *last < 1) return;
-      *last = p.seconds;
-      nlohmann::json j = {{"cache", dir}, {"done", p.done}, {"total", p.total},
-                          {"records_per_s", rate}, {"mb_per_s", mbs}, {"eta_s", eta},
-                          {"final", p.final}};
-      std::cerr << j.dump() << std::endl;
-    } else if (mode == "tty") {
-      if (!p.final && p.seconds - *last < 0.2) return;
-      if (p.final && *last < 0) return;  // finished before the first update: no line
-      *last = p.seconds;
-      std::fprintf(stderr, "\rverify %s: %llu/%llu records  %.1f MB/s  ETA %.0f s   %s", dir.c_str(),
-                   (unsigned long long)p.done, (unsigned long long)p.total, mbs, eta,
-                   p.final ? "\n" : "");
-    } else if (p.seconds - std::max(0.0, *last) >= 10 || (p.final && *last >= 0)) {
-      *last = p.seconds;
-      std::fprintf(stderr, "verify %s: %llu/%llu records, %.1f MB/s, ETA %.0f s\n", dir.c_str(),
-                   (unsigned long long)p.done, (unsigned long long)p.total, mbs, eta);
-    }
-  };
-}
-
 // Verifies one cache; with --json its report goes to *json_out if given.
 int VerifyOne(const VerifyArgs& a, std::string* json_out = nullptr) {
   VerifyOptions o;
   Status s = ParseVerifyLevel(a.level, &o.level);
   if (!s.ok()) return ReportError("verify", s);
   o.threads = a.threads;
-  if (a.progress != "auto" && a.progress != "tty" && a.progress != "plain" &&
-      a.progress != "json" && a.progress != "none")
-    return ReportError("verify", Status::InvalidArgument("--progress " + a.progress +
-                                                         ": expected auto, tty, plain, json or none"));
-  o.progress = MakeProgress(a.dir, a.progress);
+  ProgressPrinter print;
+  s = MakeProgressPrinter("verify", "records", a.progress, &print);
+  if (!s.ok()) return ReportError("verify", s);
+  if (print) o.progress = [print, dir = a.dir](const Progress& p) { print(dir, p); };
   VerifyReport r;
   if (o.level > VerifyLevel::kFull) {
     const SourceVerifier* fn = GetSourceVerifier();

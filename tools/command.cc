@@ -77,7 +77,7 @@ void AddBenchOptions(CLI::App* sub, BenchArgs* a) {
 
 int ReportError(const std::string& cmd, const Status& s) {
   std::cerr << "kiln " << cmd << ": " << s.ToString() << "\n";
-  return (s.IsCorruption() || s.IsStale()) ? kExitBadData : kExitUsage;
+  return (s.IsCorruption() || s.IsStale() || s.IsIncomplete()) ? kExitBadData : kExitUsage;
 }
 
 std::string HumanBytes(double bytes) {

@@ -64,7 +64,7 @@ struct BenchArgs {
 void AddBenchOptions(CLI::App* sub, BenchArgs* a);
 
 // Prints "kiln <cmd>: <status>" to stderr and returns the exit code for it:
-// bad data (Corruption, Stale) -> 1, everything else -> 2.
+// bad data (Corruption, Stale, Incomplete) -> 1, everything else -> 2.
 int ReportError(const std::string& cmd, const Status& s);
 
 // Formats a byte count as "12.3 MB".

@@ -72,7 +72,7 @@ class ReadTxn {
 class CacheReader {
  public:
   // Opens the cache in DIR. Returns NotFound if DIR does not exist,
-  // Corruption for an incomplete cache (no manifest), a bad manifest, a
+  // Incomplete when the build has not finished (no manifest), Corruption for a bad manifest, a
   // missing shard, a shard whose size differs from the manifest (truncated
   // or grown) or whose record count differs.
   static Status Open(const std::string& dir, const ReaderOptions& options,
@@ -87,10 +87,12 @@ class CacheReader {
   // A new transaction for the calling thread.
   std::unique_ptr<ReadTxn> BeginRead() const;
 
-  class ShardEnv;  // internal
+ private:
+  // One open shard (internal, cache_reader.cc); ReadTxn reads through it.
+  class ShardEnv;
+  friend class ReadTxn;
   const ShardEnv& shard_env(int i) const { return *envs_[i]; }
 
- private:
   CacheReader() = default;
   std::string dir_;
   Manifest manifest_;

@@ -16,18 +16,18 @@
 // with `resume` continues after the last committed record.
 //
 // Thread-safety: a CacheWriter is used from one thread at a time. Two
-// writers on one directory are refused: Open takes an exclusive lock on
-// DIR/.kiln.lock for the writer's lifetime.
+// writers on one directory are refused: the writer holds DIR's DirLock
+// (kiln/dir_lock.h) for its lifetime.
 #ifndef KILN_CACHE_WRITER_H_
 #define KILN_CACHE_WRITER_H_
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "kiln/cache_layout.h"
+#include "kiln/dir_lock.h"
 #include "kiln/manifest.h"
 #include "kiln/record.h"
 #include "kiln/status.h"
@@ -50,10 +50,10 @@ struct WriterOptions {
   // The global index of the first record (a part of a cache built in parts;
   // Finish's `meta` must then carry the part's index and count).
   uint64_t first_index = 0;
-  // Runs once DIR is locked and its manifest removed, before any shard is
-  // opened: a caller's own clean-up (kiln build --force discards the old
-  // cache here, so that nothing is deleted while another build holds DIR).
-  std::function<Status()> prepare;
+  // DIR's lock, when the caller took it first (kiln build discards an old
+  // cache under it before the writer opens); it must outlive the writer.
+  // nullptr: Open takes the lock itself.
+  const DirLock* lock = nullptr;
 };
 
 class CacheWriter {
@@ -84,12 +84,15 @@ class CacheWriter {
   // manifest written. The writer cannot be used afterwards.
   Status Finish(Manifest* meta);
 
-  class Impl;
-
  private:
+  class Impl;  // the implementation (the .cc file)
   explicit CacheWriter(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// Removes DIR/manifest.json, if there, so that DIR no longer looks like a
+// complete cache. REQUIRES: DIR's lock is held.
+Status RemoveManifest(const std::string& dir);
 
 // A replacement for one record of a finished cache.
 struct RecordFix {

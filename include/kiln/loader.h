@@ -98,9 +98,8 @@ class Loader {
   // The sample indices of this rank's epoch, in order (for tests and tools).
   std::vector<uint64_t> EpochOrder(uint64_t epoch) const;
 
-  class Impl;
-
  private:
+  class Impl;  // the implementation (the .cc file)
   explicit Loader(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

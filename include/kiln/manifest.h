@@ -63,7 +63,7 @@ std::string ManifestToJson(const Manifest& m);
 Status ManifestFromJson(const std::string& text, const std::string& where, Manifest* out);
 
 // Reads DIR/manifest.json. Returns NotFound when DIR does not exist,
-// Corruption("incomplete cache ...") when DIR exists without a manifest.
+// Incomplete when DIR exists without a manifest (the build did not finish).
 Status ReadManifest(const std::string& dir, Manifest* out);
 // Writes DIR/manifest.json atomically (temp file, fsync, rename, fsync dir).
 Status WriteManifest(const std::string& dir, const Manifest& m);

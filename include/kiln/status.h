@@ -19,11 +19,12 @@ class [[nodiscard]] Status {
   enum class Code : int {
     kOk = 0,
     kNotFound = 1,        // a file, shard, record or option value is absent
-    kCorruption = 2,      // stored data is damaged, incomplete or inconsistent
+    kCorruption = 2,      // stored data is damaged or inconsistent
     kInvalidArgument = 3, // the caller asked for something impossible
     kIOError = 4,         // the operating system refused an operation
     kNotSupported = 5,    // valid input that kiln cannot handle (yet)
     kStale = 6,           // the cache no longer matches its sources/options
+    kIncomplete = 7,      // a cache directory whose build has not finished (no manifest)
   };
 
   Status() = default;
@@ -36,6 +37,7 @@ class [[nodiscard]] Status {
   static Status IOError(std::string msg) { return Status(Code::kIOError, std::move(msg)); }
   static Status NotSupported(std::string msg) { return Status(Code::kNotSupported, std::move(msg)); }
   static Status Stale(std::string msg) { return Status(Code::kStale, std::move(msg)); }
+  static Status Incomplete(std::string msg) { return Status(Code::kIncomplete, std::move(msg)); }
 
   bool ok() const { return code_ == Code::kOk; }
   bool IsNotFound() const { return code_ == Code::kNotFound; }
@@ -44,6 +46,7 @@ class [[nodiscard]] Status {
   bool IsIOError() const { return code_ == Code::kIOError; }
   bool IsNotSupported() const { return code_ == Code::kNotSupported; }
   bool IsStale() const { return code_ == Code::kStale; }
+  bool IsIncomplete() const { return code_ == Code::kIncomplete; }
   Code code() const { return code_; }
 
   // The message without the code prefix ("" when OK).

@@ -4,7 +4,6 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -17,7 +16,9 @@
 
 #include "kiln/file.h"
 #include "kiln/cache_layout.h"
+#include "kiln/dir_lock.h"
 #include "core/lmdb_env.h"
+#include "core/shard_digest.h"
 
 namespace kiln {
 
@@ -92,51 +93,18 @@ Status WriteShardCanonically(const std::string& path, uint64_t map_size, uint64_
 // explicit Commit): it is rewritten canonically when it is finished.
 std::string ReplayMarker(const std::string& shard_path) { return shard_path + kReplaySuffix; }
 
-// The shard digest: XXH3 over the stored checksums in key order.
-Status ShardDigest(const LmdbEnv& env, std::string* digest) {
+// The digest of an existing shard.
+Status DigestOfShard(const LmdbEnv& env, std::string* digest) {
   LmdbTxn txn;
   KILN_RETURN_IF_ERROR(txn.Begin(env, true));
-  MDB_cursor* cur = nullptr;
-  KILN_RETURN_IF_ERROR(LmdbStatus(mdb_cursor_open(txn.get(), env.dbi(), &cur), env.path()));
-  XXH3_state_t st;
-  XXH3_INITSTATE(&st);
-  XXH3_64bits_reset(&st);
-  MDB_val k, v;
-  int rc;
-  for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == MDB_SUCCESS;
-       rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-    if (v.mv_size < kRecordHeaderSize) continue;
-    XXH3_64bits_update(&st, static_cast<const uint8_t*>(v.mv_data) + kChecksumOffset, 8);
-  }
-  mdb_cursor_close(cur);
-  if (rc != MDB_NOTFOUND) return LmdbStatus(rc, env.path());
-  *digest = DigestHex(XXH3_64bits_digest(&st));
+  ShardDigest d;
+  KILN_RETURN_IF_ERROR(ForEachRecord(env, txn, [&](const MDB_val&, const MDB_val& v) {
+    if (v.mv_size >= kRecordHeaderSize) d.Add(static_cast<const uint8_t*>(v.mv_data) + kChecksumOffset);
+    return true;
+  }));
+  *digest = d.Hex();
   return Status::OK();
 }
-
-class DirLock {
- public:
-  ~DirLock() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Status Acquire(const std::string& dir) {
-    const std::string path = dir + "/" + kLockName;
-    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd_ < 0) return PosixError(path, errno);
-    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0)
-      return Status::IOError(dir + ": in use by another kiln build (" + path +
-                             " is locked); wait for it to finish");
-    return Status::OK();
-  }
-  int release() {
-    int fd = fd_;
-    fd_ = -1;
-    return fd;
-  }
-
- private:
-  int fd_ = -1;
-};
 
 bool Exists(const std::string& path) {
   struct stat st;
@@ -152,20 +120,17 @@ class CacheWriter::Impl {
     // Sized once: the records of one commit, reused for every commit.
     pending_.resize(PerCommit() * (kRecordHeaderSize + record_bytes_));
   }
-  ~Impl() {
-    env_.Close();
-    if (lock_fd_ >= 0) ::close(lock_fd_);
-  }
+  ~Impl() { env_.Close(); }
 
   Status Init() {
-    KILN_RETURN_IF_ERROR(MakeDirs(dir_));
-    DirLock lock;
-    KILN_RETURN_IF_ERROR(lock.Acquire(dir_));
-    lock_fd_ = lock.release();
+    if (opt_.lock == nullptr) {
+      KILN_RETURN_IF_ERROR(DirLock::Acquire(dir_, &own_lock_));
+    } else if (opt_.lock->dir() != dir_) {
+      return Status::InvalidArgument(dir_ + ": the lock handed to the writer is " +
+                                     opt_.lock->dir() + "'s");
+    }
     // The cache must not look complete while it changes.
-    const std::string manifest = dir_ + "/" + kManifestName;
-    if (Exists(manifest) && ::unlink(manifest.c_str()) != 0) return PosixError(manifest, errno);
-    if (opt_.prepare) KILN_RETURN_IF_ERROR(opt_.prepare());
+    KILN_RETURN_IF_ERROR(RemoveManifest(dir_));
     if (!opt_.resume) {
       if (Exists(dir_ + "/" + ShardFileName(0)))
         return Status::InvalidArgument(dir_ + ": already holds shards; remove it or resume");
@@ -191,18 +156,11 @@ class CacheWriter::Impl {
       ShardInfo info;
       info.file = ShardFileName(s);
       info.first = next_;
-      XXH3_state_t digest;
-      // A stack state must be initialized before reset (xxhash.h: XXH3_INITSTATE).
-      XXH3_INITSTATE(&digest);
-      XXH3_64bits_reset(&digest);
+      ShardDigest digest;
       LmdbTxn txn;
       KILN_RETURN_IF_ERROR(txn.Begin(env_, true));
-      MDB_cursor* cur = nullptr;
-      KILN_RETURN_IF_ERROR(LmdbStatus(mdb_cursor_open(txn.get(), env_.dbi(), &cur), path));
-      MDB_val k, v;
-      int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
       Status st;
-      while (rc == MDB_SUCCESS && st.ok()) {
+      const Status read = ForEachRecord(env_, txn, [&](const MDB_val& k, const MDB_val& v) {
         const uint64_t idx = k.mv_size == kKeySize ? DecodeKey(static_cast<uint8_t*>(k.mv_data)) : ~0ull;
         RecordHeader h;
         if (idx != next_) {
@@ -216,19 +174,17 @@ class CacheWriter::Impl {
                                          h.shape.ToString() + " records, this build writes " +
                                          DTypeName(opt_.dtype) + " " + opt_.shape.ToString());
         }
-        if (st.ok()) {
-          XXH3_64bits_update(&digest, &h.checksum, sizeof(h.checksum));
-          ++next_;
-          ++info.count;
-          rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
-        }
-      }
-      mdb_cursor_close(cur);
+        if (!st.ok()) return false;
+        digest.Add(h.checksum);
+        ++next_;
+        ++info.count;
+        return true;
+      });
       KILN_RETURN_IF_ERROR(st);
-      if (rc != MDB_NOTFOUND) return LmdbStatus(rc, path);
+      KILN_RETURN_IF_ERROR(read);
       txn.Abort();
       if (s < i) {
-        info.digest = DigestHex(XXH3_64bits_digest(&digest));
+        info.digest = digest.Hex();
         KILN_RETURN_IF_ERROR(FinishShardFile(&info));
         done_.push_back(info);
       } else {
@@ -269,9 +225,7 @@ class CacheWriter::Impl {
     cur_ = ShardInfo();
     cur_.file = ShardFileName(i);
     cur_.first = next_;
-    // A stack state must be initialized before reset (xxhash.h: XXH3_INITSTATE).
-    XXH3_INITSTATE(&digest_);
-    XXH3_64bits_reset(&digest_);
+    digest_.Reset();
     shard_bytes_ = 0;
     return Status::OK();
   }
@@ -326,9 +280,7 @@ class CacheWriter::Impl {
         (void)::sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
     }
     for (uint64_t r = 0; r < pending_count_; ++r) {
-      uint64_t checksum;
-      std::memcpy(&checksum, pending_.data() + r * stride + kChecksumOffset, sizeof(checksum));
-      XXH3_64bits_update(&digest_, &checksum, sizeof(checksum));
+      digest_.Add(pending_.data() + r * stride + kChecksumOffset);
     }
     cur_.count += pending_count_;
     pending_count_ = 0;
@@ -366,7 +318,7 @@ class CacheWriter::Impl {
 
   Status CloseCurrent() {
     KILN_RETURN_IF_ERROR(CommitPending());
-    cur_.digest = DigestHex(XXH3_64bits_digest(&digest_));
+    cur_.digest = digest_.Hex();
     KILN_RETURN_IF_ERROR(FinishShardFile(&cur_));
     done_.push_back(cur_);
     return Status::OK();
@@ -399,12 +351,12 @@ class CacheWriter::Impl {
  private:
   WriterOptions opt_;
   std::string dir_;
-  int lock_fd_ = -1;
+  std::unique_ptr<DirLock> own_lock_;  // when the caller handed none
   uint64_t record_bytes_ = 0;
   LmdbEnv env_;
   int shard_index_ = 0;
   ShardInfo cur_;
-  XXH3_state_t digest_;
+  ShardDigest digest_;
   uint64_t shard_bytes_ = 0;
   std::vector<ShardInfo> done_;
   std::vector<uint8_t> pending_;
@@ -414,9 +366,15 @@ class CacheWriter::Impl {
   bool noncanonical_ = false;  // the current shard saw an explicit Commit
 };
 
+Status RemoveManifest(const std::string& dir) {
+  const std::string manifest = dir + "/" + kManifestName;
+  if (Exists(manifest) && ::unlink(manifest.c_str()) != 0) return PosixError(manifest, errno);
+  return Status::OK();
+}
+
 Status RewriteRecords(const std::string& dir, const std::vector<RecordFix>& fixes) {
-  DirLock lock;
-  KILN_RETURN_IF_ERROR(lock.Acquire(dir));
+  std::unique_ptr<DirLock> lock;
+  KILN_RETURN_IF_ERROR(DirLock::Acquire(dir, &lock));
   Manifest m;
   KILN_RETURN_IF_ERROR(ReadManifest(dir, &m));
   const uint64_t bytes = m.shape.NumElements() * DTypeSize(m.dtype);
@@ -470,7 +428,7 @@ Status RewriteRecords(const std::string& dir, const std::vector<RecordFix>& fixe
     {
       LmdbEnv fresh;
       KILN_RETURN_IF_ERROR(fresh.OpenForRead(fresh_path, 4));
-      KILN_RETURN_IF_ERROR(ShardDigest(fresh, &info.digest));
+      KILN_RETURN_IF_ERROR(DigestOfShard(fresh, &info.digest));
     }
     ::unlink((fresh_path + kLmdbLockSuffix).c_str());
     KILN_RETURN_IF_ERROR(FileSize(fresh_path, &info.bytes));

@@ -119,6 +119,19 @@ Status LmdbEnv::Entries(uint64_t* n) const {
   return Status::OK();
 }
 
+Status ForEachRecord(const LmdbEnv& env, const LmdbTxn& txn,
+                     const std::function<bool(const MDB_val& key, const MDB_val& value)>& fn) {
+  MDB_cursor* cur = nullptr;
+  KILN_RETURN_IF_ERROR(LmdbStatus(mdb_cursor_open(txn.get(), env.dbi(), &cur), env.path()));
+  MDB_val k, v;
+  int rc;
+  for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == MDB_SUCCESS;
+       rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))
+    if (!fn(k, v)) break;
+  mdb_cursor_close(cur);
+  return rc == MDB_SUCCESS || rc == MDB_NOTFOUND ? Status::OK() : LmdbStatus(rc, env.path());
+}
+
 Status LmdbTxn::Begin(const LmdbEnv& env, bool read_only) {
   Abort();
   ctx_ = &env.path();

@@ -7,6 +7,7 @@
 #include <lmdb.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "kiln/status.h"
@@ -49,6 +50,14 @@ class LmdbEnv {
   uint64_t map_size_ = 0;
   std::string path_;
 };
+
+class LmdbTxn;
+
+// Calls fn(key, value) for each record of `env`'s database in key order,
+// inside `txn`, until fn returns false. Returns the LMDB error of a failed
+// cursor or read (MDB_NOTFOUND at the end is success).
+Status ForEachRecord(const LmdbEnv& env, const LmdbTxn& txn,
+                     const std::function<bool(const MDB_val& key, const MDB_val& value)>& fn);
 
 // Owns an MDB_txn; aborts it on destruction unless committed.
 class LmdbTxn {

@@ -163,7 +163,7 @@ Status ReadManifest(const std::string& dir, Manifest* out) {
   std::string text;
   Status s = ReadWholeFile(path, &text);
   if (s.IsNotFound())
-    return Status::Corruption(dir + ": incomplete cache (no " + std::string(kManifestName) +
+    return Status::Incomplete(dir + ": incomplete cache (no " + std::string(kManifestName) +
                               "); the build did not finish - run the same kiln build again to "
                               "resume it");
   KILN_RETURN_IF_ERROR(s);

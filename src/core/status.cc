@@ -12,6 +12,7 @@ const char* CodeName(Status::Code code) {
     case Status::Code::kIOError: return "IO error";
     case Status::Code::kNotSupported: return "Not supported";
     case Status::Code::kStale: return "Stale";
+    case Status::Code::kIncomplete: return "Incomplete";
   }
   return "Unknown";
 }

@@ -5,7 +5,6 @@
 #include <tbb/global_control.h>
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
-#include <xxhash.h>
 
 #include <algorithm>
 #include <chrono>
@@ -16,6 +15,7 @@
 
 #include "kiln/file.h"
 #include "core/lmdb_env.h"
+#include "core/shard_digest.h"
 #include "kiln/cache_reader.h"
 #include "kiln/manifest.h"
 
@@ -140,43 +140,36 @@ class Verifier {
       Problem(Kind::kShardFile, -1, info.file, s.message());
       return;
     }
-    MDB_cursor* cur = nullptr;
-    if (mdb_cursor_open(txn.get(), env.dbi(), &cur) != MDB_SUCCESS) {
-      Problem(Kind::kShardFile, -1, info.file, "cannot read shard");
-      return;
-    }
     std::vector<Slot> slots;
     slots.reserve(info.count);
     uint64_t expect = info.first;
     const uint64_t end = info.first + info.count;
-    MDB_val k, v;
-    int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
     uint64_t found = 0;
-    for (; rc == MDB_SUCCESS; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    s = ForEachRecord(env, txn, [&](const MDB_val& k, const MDB_val& v) {
       ++found;
       if (k.mv_size != kKeySize) {
-        Problem(Kind::kShardFile, -1, info.file, "a key of " + std::to_string(k.mv_size) + " bytes (not a kiln key)");
-        continue;
+        Problem(Kind::kShardFile, -1, info.file,
+                "a key of " + std::to_string(k.mv_size) + " bytes (not a kiln key)");
+        return true;
       }
       const uint64_t idx = DecodeKey(static_cast<const uint8_t*>(k.mv_data));
       if (idx < info.first || idx >= end) {
         Problem(Kind::kRecordLost, static_cast<int64_t>(idx), info.file,
                 "record outside the shard's range " + std::to_string(info.first) + ".." +
                     std::to_string(end - 1));
-        continue;
+        return true;
       }
       for (; expect < idx; ++expect)
         Problem(Kind::kRecord, static_cast<int64_t>(expect), info.file, "record missing");
       expect = idx + 1;
       CheckHeader(info, idx, static_cast<const uint8_t*>(v.mv_data), v.mv_size, &slots);
-    }
-    if (rc != MDB_NOTFOUND)
-      Problem(Kind::kShardFile, -1, info.file, std::string("read error: ") + mdb_strerror(rc));
+      return true;
+    });
+    if (!s.ok()) Problem(Kind::kShardFile, -1, info.file, "cannot read shard: " + s.message());
     for (; expect < end; ++expect) Problem(Kind::kRecord, static_cast<int64_t>(expect), info.file, "record missing");
     if (found != info.count)
       Problem(Kind::kShardMismatch, -1, info.file, "shard holds " + std::to_string(found) + " records, manifest says " +
                                  std::to_string(info.count));
-    mdb_cursor_close(cur);
     rep_->records_checked += found;
     if (opt_.level >= VerifyLevel::kFull) CheckPayloads(info, slots);
     progress_done_ += info.count;
@@ -239,14 +232,11 @@ class Verifier {
       for (size_t i = begin; i < end; ++i) rep_->bytes_checked += slots[i].size;
       Report(progress_done_ + end, false);
     }
-    XXH3_state_t digest;
-    // A stack state must be initialized before reset (xxhash.h: XXH3_INITSTATE).
-    XXH3_INITSTATE(&digest);
-    XXH3_64bits_reset(&digest);
-    for (const Slot& s : slots) XXH3_64bits_update(&digest, &s.checksum, sizeof(s.checksum));
+    ShardDigest digest;
+    for (const Slot& s : slots) digest.Add(s.checksum);
     // A shard with missing or damaged records already has problems; the
     // digest tells about records replaced by other valid ones.
-    if (slots.size() == info.count && DigestHex(XXH3_64bits_digest(&digest)) != info.digest)
+    if (slots.size() == info.count && digest.Hex() != info.digest)
       Problem(Kind::kShardMismatch, -1, info.file, "shard digest differs from the manifest (records replaced, or the "
                              "manifest edited)");
   }

@@ -205,11 +205,12 @@ class Builder {
     wo.shard_size = opt_.shard_size;
     wo.resume = resume;
     wo.first_index = plan.first;
-    // A fresh start discards what an earlier build left, under the writer's
-    // directory lock and after the manifest is gone.
-    wo.prepare = [&]() -> Status {
-      return resume ? Status::OK() : BeginFreshBuild(plan.dir, recipe);
-    };
+    // A fresh start discards what an earlier build left - under DIR's lock,
+    // so that nothing is deleted while another build holds DIR.
+    std::unique_ptr<DirLock> lock;
+    KILN_RETURN_IF_ERROR(DirLock::Acquire(plan.dir, &lock));
+    if (!resume) KILN_RETURN_IF_ERROR(BeginFreshBuild(plan.dir, recipe));
+    wo.lock = lock.get();
     std::unique_ptr<CacheWriter> writer;
     const Status opened = CacheWriter::Open(wo, plan.dir, &writer);
     if (resume && (opened.IsCorruption() || opened.IsInvalidArgument()))

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kiln/cache_layout.h"
+#include "kiln/cache_writer.h"
 #include "kiln/file.h"
 #include "kiln/manifest.h"
 
@@ -66,6 +67,7 @@ Status DecideStart(const std::string& dir, const Preprocessing& recipe, bool for
 }
 
 Status BeginFreshBuild(const std::string& dir, const Preprocessing& recipe) {
+  KILN_RETURN_IF_ERROR(RemoveManifest(dir));
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string n = e.path().filename().string();

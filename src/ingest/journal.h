@@ -35,10 +35,9 @@ Status DecideStart(const std::string& dir, const Preprocessing& recipe, bool for
                    const InfoFn& info, BuildStart* out);
 
 // Discards what an earlier build left in DIR (shards, journal, sources.tsv,
-// rejects.tsv) and records `recipe` in build.json. REQUIRES: the writer's
-// directory lock is held and the manifest is gone (CacheWriter::Open's
-// `prepare`), so that neither a running build nor an interrupted discard
-// leaves DIR looking complete.
+// rejects.tsv) and records `recipe` in build.json, the manifest first, so
+// that an interrupted discard never leaves DIR looking complete.
+// REQUIRES: DIR's DirLock is held (a running build is never disturbed).
 Status BeginFreshBuild(const std::string& dir, const Preprocessing& recipe);
 
 // Removes build.json and rejects.partial once the manifest is written.

@@ -99,7 +99,7 @@ Status MergeOne(const std::string& out, std::vector<std::string> dirs, bool keep
     Part p;
     p.dir = d;
     Status s = ReadManifest(d, &p.m);
-    if (s.IsCorruption() && s.message().find("incomplete") != std::string::npos)
+    if (s.IsIncomplete())
       return Status::Corruption(d + ": this part's build did not finish; run its kiln build "
                                 "command again to complete it, then merge");
     KILN_RETURN_IF_ERROR(s);

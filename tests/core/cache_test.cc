@@ -168,7 +168,7 @@ TEST_CASE("resume continues after the committed records", "[cache]") {
   }
   std::unique_ptr<CacheReader> r;
   Status s = CacheReader::Open(dir.path(), ReaderOptions(), &r);
-  CHECK(s.IsCorruption());
+  CHECK(s.IsIncomplete());
   CHECK_THAT(s.message(), Catch::Contains("incomplete"));
   WriterOptions o;
   o.dtype = DType::kUint8;

@@ -5,6 +5,7 @@
 #include <xxhash.h>
 
 #include "kiln/record.h"
+#include "kiln/units.h"
 #include "test_util.h"
 
 using namespace kiln;
@@ -116,5 +117,26 @@ TEST_CASE("the checksum is XXH3-64 seeded with the index, as docs/format.md says
     RecordHeader h;
     REQUIRE(DecodeRecordHeader(index, value.data(), value.size(), &h).ok());
     CHECK(h.checksum == XXH3_64bits_withSeed(joined.data(), joined.size(), index));
+  }
+}
+
+TEST_CASE("byte sizes: K..T and KiB..TiB binary, KB..TB decimal", "[units]") {
+  uint64_t v = 0;
+  REQUIRE(ParseByteSize("4G", "--x", &v).ok());
+  CHECK(v == 4ull << 30);
+  REQUIRE(ParseByteSize("4GB", "--x", &v).ok());
+  CHECK(v == 4000000000ull);
+  REQUIRE(ParseByteSize("1.5GiB", "--x", &v).ok());
+  CHECK(v == 3ull << 29);
+  REQUIRE(ParseByteSize("512m", "--x", &v).ok());
+  CHECK(v == 512ull << 20);
+  REQUIRE(ParseByteSize("100", "--x", &v).ok());
+  CHECK(v == 100);
+  REQUIRE(ParseByteSize("2KB", "--x", &v).ok());
+  CHECK(v == 2000);
+  for (const char* bad : {"", "G", "-1G", "0", "4X", "4gb", "1e30T", "nan"}) {
+    Status s = ParseByteSize(bad, "--shard-size", &v);
+    CHECK(s.IsInvalidArgument());
+    CHECK_THAT(s.message(), Catch::Contains("--shard-size"));
   }
 }

@@ -1,0 +1,23 @@
+// Byte sizes on the command line, one rule for every option that takes one
+// (kiln build --shard-size, kiln train --memory-budget):
+//   a number (fractions allowed) with an optional unit;
+//   K, M, G, T and KiB, MiB, GiB, TiB are powers of 1024 ("4G" = 4 x 2^30);
+//   KB, MB, GB, TB are powers of 1000, as SI says ("4GB" = 4 x 10^9);
+//   B or no unit: bytes. Units are case-sensitive except the single letters.
+#ifndef KILN_UNITS_H_
+#define KILN_UNITS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "kiln/status.h"
+
+namespace kiln {
+
+// Parses `text` by the rule above. InvalidArgument naming `option` and the
+// rule for text that is not a positive size (or overflows 64 bits).
+Status ParseByteSize(const std::string& text, const std::string& option, uint64_t* out);
+
+}  // namespace kiln
+
+#endif  // KILN_UNITS_H_
