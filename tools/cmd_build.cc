@@ -129,7 +129,17 @@ int RunBuild(BuildArgs& a) {
   return kExitOk;
 }
 
-const bool kSourceVerifier = RegisterSourceVerifier(ingest::VerifyWithSources);
+}  // namespace
+
+Status VerifySources(const std::string& dir, const std::string& level,
+                     const VerifyOptions& options, uint64_t sample, uint64_t seed,
+                     VerifyReport* report) {
+  ingest::SourceCheck check;
+  KILN_RETURN_IF_ERROR(ingest::ParseSourceCheck(level, &check));
+  return ingest::VerifyWithSources(dir, options, check, sample, seed, report);
+}
+
+namespace {
 
 KILN_COMMAND(Command{
     "build", "Decode, resize and normalize an image dataset once into a cache", 10,

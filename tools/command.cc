@@ -29,22 +29,6 @@ std::vector<Command> RegisteredCommands() {
   return v;
 }
 
-namespace {
-SourceVerifier& SourceVerifierSlot() {
-  static SourceVerifier fn;
-  return fn;
-}
-}  // namespace
-
-bool RegisterSourceVerifier(SourceVerifier fn) {
-  SourceVerifierSlot() = std::move(fn);
-  return true;
-}
-
-const SourceVerifier* GetSourceVerifier() {
-  return SourceVerifierSlot() ? &SourceVerifierSlot() : nullptr;
-}
-
 int ExecBeside(const std::string& exe, std::vector<std::string> argv) {
   char self[PATH_MAX];
   const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);

@@ -37,12 +37,13 @@ struct Command {
 
 bool RegisterCommand(Command command);
 
-// `kiln verify --level sources|deep` needs kiln::ingest; cmd_build.cc
-// registers it here, so a kiln built without images says so instead.
-using SourceVerifier = std::function<Status(const std::string& dir, const VerifyOptions& options,
-                                            uint64_t sample, uint64_t seed, VerifyReport* report)>;
-bool RegisterSourceVerifier(SourceVerifier fn);
-const SourceVerifier* GetSourceVerifier();
+// `kiln verify --level sources|deep` (level: "sources" or "deep"): the
+// checks against the sources, which need kiln::ingest. Defined beside the
+// build subcommand (cmd_build.cc) when kiln::ingest is built, otherwise in
+// verify_sources_none.cc, which says what to rebuild: CMake picks the file.
+Status VerifySources(const std::string& dir, const std::string& level,
+                     const VerifyOptions& options, uint64_t sample, uint64_t seed,
+                     VerifyReport* report);
 std::vector<Command> RegisteredCommands();  // sorted by order
 
 // Replaces this process with the executable `exe` that lives beside kiln

@@ -9,8 +9,8 @@
 //   full  - every record's checksum recomputed (in parallel, straight from
 //           the memory map), per-shard digests compared with the manifest,
 //           float payloads free of NaN and Inf.
-// The source-file levels (`sources`, `deep`) need kiln::ingest and are run by
-// it on top of this report.
+// The source-file checks (kiln verify --level sources|deep) need the
+// sources and live in kiln::ingest (VerifyWithSources), on top of this report.
 //
 // Thread-safety: VerifyCache may run concurrently on different caches.
 #ifndef KILN_VERIFY_H_
@@ -26,7 +26,7 @@
 
 namespace kiln {
 
-enum class VerifyLevel { kQuick = 0, kFull = 1, kSources = 2, kDeep = 3 };
+enum class VerifyLevel { kQuick = 0, kFull = 1 };
 const char* VerifyLevelName(VerifyLevel level);
 Status ParseVerifyLevel(const std::string& name, VerifyLevel* out);
 
@@ -60,7 +60,9 @@ struct VerifyProblem {
 };
 
 struct VerifyReport {
-  VerifyLevel level = VerifyLevel::kFull;
+  // The level that made the report, by name: core's "quick" or "full", or
+  // a check above core ("sources", "deep").
+  std::string level = "full";
   uint64_t records_checked = 0;
   uint64_t bytes_checked = 0;    // payload + header bytes whose checksums were recomputed
   uint64_t shard_bytes = 0;      // size of all shard files
@@ -69,8 +71,7 @@ struct VerifyReport {
   bool clean() const { return problems.empty(); }
 };
 
-// Verifies the cache in DIR at options.level (quick or full; higher levels
-// are treated as full here). Damage goes into `report`: the Status is OK
+// Verifies the cache in DIR at options.level. Damage goes into `report`: the Status is OK
 // whenever the check itself could run. Returns NotFound when DIR does not
 // exist and IOError when it cannot be read.
 Status VerifyCache(const std::string& dir, const VerifyOptions& options, VerifyReport* report);

@@ -25,22 +25,19 @@ const char* VerifyLevelName(VerifyLevel level) {
   switch (level) {
     case VerifyLevel::kQuick: return "quick";
     case VerifyLevel::kFull: return "full";
-    case VerifyLevel::kSources: return "sources";
-    case VerifyLevel::kDeep: return "deep";
   }
   return "?";
 }
 
 Status ParseVerifyLevel(const std::string& name, VerifyLevel* out) {
-  for (VerifyLevel l : {VerifyLevel::kQuick, VerifyLevel::kFull, VerifyLevel::kSources,
-                        VerifyLevel::kDeep}) {
+  for (VerifyLevel l : {VerifyLevel::kQuick, VerifyLevel::kFull}) {
     if (name == VerifyLevelName(l)) {
       *out = l;
       return Status::OK();
     }
   }
   return Status::InvalidArgument("unknown verify level '" + name +
-                                 "' (expected quick, full, sources or deep)");
+                                 "' (expected quick or full)");
 }
 
 namespace {
@@ -269,7 +266,7 @@ Status VerifyCache(const std::string& dir, const VerifyOptions& options, VerifyR
   if (::stat(dir.c_str(), &st) != 0) return Status::NotFound(dir + ": no such cache directory");
   if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument(dir + ": not a directory");
   *report = VerifyReport();
-  report->level = options.level;
+  report->level = VerifyLevelName(options.level);
   const auto t0 = std::chrono::steady_clock::now();
   Verifier verifier(dir, options, report);
   verifier.Run();
@@ -284,7 +281,7 @@ Status VerifyCache(const std::string& dir, const VerifyOptions& options, VerifyR
 std::string VerifyReportToJson(const std::string& dir, const VerifyReport& r) {
   nlohmann::json j;
   j["cache"] = dir;
-  j["level"] = VerifyLevelName(r.level);
+  j["level"] = r.level;
   j["clean"] = r.clean();
   j["records_checked"] = r.records_checked;
   j["bytes_checked"] = r.bytes_checked;

@@ -16,13 +16,25 @@
 
 namespace kiln::ingest {
 
-Status VerifyWithSources(const std::string& dir, const VerifyOptions& options, uint64_t sample,
-                         uint64_t seed, VerifyReport* report) {
+const char* SourceCheckName(SourceCheck check) {
+  return check == SourceCheck::kDeep ? "deep" : "sources";
+}
+
+Status ParseSourceCheck(const std::string& name, SourceCheck* out) {
+  for (SourceCheck c : {SourceCheck::kSources, SourceCheck::kDeep})
+    if (name == SourceCheckName(c)) {
+      *out = c;
+      return Status::OK();
+    }
+  return Status::InvalidArgument("unknown source check '" + name + "' (expected sources or deep)");
+}
+
+Status VerifyWithSources(const std::string& dir, const VerifyOptions& options, SourceCheck check,
+                         uint64_t sample, uint64_t seed, VerifyReport* report) {
   VerifyOptions core = options;
-  if (core.level > VerifyLevel::kFull) core.level = VerifyLevel::kFull;
+  core.level = VerifyLevel::kFull;
   KILN_RETURN_IF_ERROR(VerifyCache(dir, core, report));
-  report->level = options.level;
-  if (options.level <= VerifyLevel::kFull) return Status::OK();
+  report->level = SourceCheckName(check);
   const auto t0 = std::chrono::steady_clock::now();
   using Kind = VerifyProblem::Kind;
   auto problem = [&](int64_t index, const std::string& source, const std::string& what,
@@ -76,7 +88,7 @@ Status VerifyWithSources(const std::string& dir, const VerifyOptions& options, u
     if (!seen.count(r.item.rel_path))
       problem(r.record, r.item.rel_path, "source file removed since the build (the cache is stale)");
 
-  if (options.level >= VerifyLevel::kDeep && !by_record.empty()) {
+  if (check == SourceCheck::kDeep && !by_record.empty()) {
     std::vector<int64_t> all;
     for (const auto& kv : by_record) all.push_back(kv.first);
     std::vector<int64_t> records;

@@ -63,48 +63,6 @@ double HalfToFloat(uint16_t h) {
 }
 }  // namespace
 
-TEST_CASE("ImageFolder labels follow torchvision's sorted class order", "[build]") {
-  TempDir dir;
-  for (const char* c : {"b", "a", "C", "a_2"}) {
-    fs::create_directories(dir / c);
-    fs::copy_file(kPhotos + "/chelsea.jpg", dir / (std::string(c) + "/x.jpg"));
-  }
-  ingest::SourceList list;
-  REQUIRE(ingest::ListImageFolder(dir.path(), &list).ok());
-  // Python's sorted(): code-point order, upper case first.
-  CHECK(list.classes == std::vector<std::string>{"C", "a", "a_2", "b"});
-  REQUIRE(list.items.size() == 4);
-  CHECK(list.items[0].rel_path == "C/x.jpg");
-  CHECK(list.items[0].label == 0);
-  CHECK(list.items[3].label == 3);
-}
-
-TEST_CASE("a symbolic link in an ImageFolder keeps its own path and class", "[build]") {
-  TempDir src;
-  fs::create_directories(src / "a");
-  fs::create_directories(src / "b");
-  fs::copy_file(kPhotos + "/chelsea.jpg", src / "b/real.jpg");
-  fs::create_symlink("../b/real.jpg", src / "a/link.jpg");
-  ingest::SourceList list;
-  REQUIRE(ingest::ListImageFolder(src.path(), &list).ok());
-  REQUIRE(list.items.size() == 2);
-  CHECK(list.items[0].rel_path == "a/link.jpg");
-  CHECK(list.items[0].label == 0);
-  CHECK(list.items[1].rel_path == "b/real.jpg");
-  CHECK(list.items[1].label == 1);
-}
-
-TEST_CASE("an empty class folder is an error naming it", "[build]") {
-  TempDir dir;
-  fs::create_directories(dir / "full");
-  fs::create_directories(dir / "empty");
-  fs::copy_file(kPhotos + "/chelsea.jpg", dir / "full/x.jpg");
-  ingest::SourceList list;
-  Status s = ingest::ListImageFolder(dir.path(), &list);
-  CHECK(s.IsInvalidArgument());
-  CHECK_THAT(s.message(), Catch::Contains("empty"));
-}
-
 TEST_CASE("kiln build of the Fashion-MNIST sample: labels, shape, pixels", "[build]") {
   TempDir out;
   std::string log;
@@ -320,7 +278,7 @@ TEST_CASE("a forced rebuild discards only under the directory lock; a damaged un
   CHECK(Kiln("verify " + unfinished.path(), &log) == 0);
 }
 
-TEST_CASE("list files and CSV", "[build]") {
+TEST_CASE("kiln build --list builds the listed files", "[build]") {
   TempDir out;
   const std::string root = KILN_SAMPLE_DATA;
   SECTION("list file with numeric labels") {
@@ -336,62 +294,6 @@ TEST_CASE("list files and CSV", "[build]") {
     auto txn = r->BeginRead();
     REQUIRE(txn->Get(0, &v).ok());
     CHECK(v.label == 1);  // records in sorted path order: chelsea first
-  }
-  SECTION("CSV with class names") {
-    WriteFile(out / "l.csv", "path,label\nphotos/rocket.jpg,space\nphotos/chelsea.jpg,cat\n");
-    ingest::SourceList list;
-    REQUIRE(ingest::ReadSourceList(root, out / "l.csv", &list).ok());
-    CHECK(list.classes == std::vector<std::string>{"cat", "space"});
-    CHECK(list.items[1].label == 1);
-  }
-  SECTION("numeric labels are indices, not names: 10 is not before 2; -1 is an error") {
-    WriteFile(out / "n.txt", "photos/chelsea.jpg 10\nphotos/coffee.jpg 2\n");
-    ingest::SourceList list;
-    REQUIRE(ingest::ReadSourceList(root, out / "n.txt", &list).ok());
-    CHECK(list.items[0].label == 10);
-    CHECK(list.items[1].label == 2);
-    CHECK(list.classes.size() == 11);
-    WriteFile(out / "neg.txt", "photos/chelsea.jpg 1\nphotos/coffee.jpg -1\n");
-    Status s = ingest::ReadSourceList(root, out / "neg.txt", &list);
-    CHECK(s.IsInvalidArgument());
-    CHECK_THAT(s.message(), Catch::Contains("neg.txt:2") && Catch::Contains("label -1"));
-    WriteFile(out / "big.txt", "photos/chelsea.jpg 99999999999999999999\n");
-    s = ingest::ReadSourceList(root, out / "big.txt", &list);
-    CHECK_THAT(s.message(), Catch::Contains("big.txt:1") && Catch::Contains("class indices"));
-    WriteFile(out / "many.txt", "photos/chelsea.jpg 300000000\n");
-    CHECK(ingest::ReadSourceList(root, out / "many.txt", &list).IsInvalidArgument());
-  }
-  SECTION("CSV as Python's csv module writes it: BOM, comment, quoted path") {
-    fs::create_directories(out / "root/a,b");
-    fs::copy_file(kPhotos + "/chelsea.jpg", out / "root/a,b/c.jpg");
-    WriteFile(out / "q.csv", "\xEF\xBB\xBF# made by hand\npath,label\r\n\"a,b/c.jpg\",cat\r\n");
-    ingest::SourceList list;
-    Status s = ingest::ReadSourceList(out / "root", out / "q.csv", &list);
-    INFO(s.ToString());
-    REQUIRE(s.ok());
-    REQUIRE(list.items.size() == 1);
-    CHECK(list.items[0].rel_path == "a,b/c.jpg");
-  }
-  SECTION("names kiln cannot record are refused up front, naming them") {
-    WriteFile(out / "tab.txt", "photos/che\tlsea.jpg 1\n");
-    ingest::SourceList list;
-    Status s = ingest::ReadSourceList(root, out / "tab.txt", &list);
-    CHECK(s.IsInvalidArgument());
-    fs::create_directories(out / "img/caf\xe9");
-    fs::copy_file(kPhotos + "/chelsea.jpg", out / "img/caf\xe9/c.jpg");
-    s = ingest::ListImageFolder(out / "img", &list);
-    CHECK(s.IsInvalidArgument());
-    CHECK_THAT(s.message(), Catch::Contains("caf\\xe9") && Catch::Contains("UTF-8"));
-  }
-  SECTION("bad lines name the line") {
-    WriteFile(out / "bad.txt", "photos/chelsea.jpg 1\nnolabel\n");
-    ingest::SourceList list;
-    Status s = ingest::ReadSourceList(root, out / "bad.txt", &list);
-    CHECK(s.IsInvalidArgument());
-    CHECK_THAT(s.message(), Catch::Contains("bad.txt:2"));
-    WriteFile(out / "escape.txt", "../etc/passwd 1\n");
-    s = ingest::ReadSourceList(root, out / "escape.txt", &list);
-    CHECK_THAT(s.message(), Catch::Contains("outside"));
   }
 }
 

@@ -121,14 +121,25 @@ Status MergeParts(const std::string& out, const std::vector<std::string>& parts,
 Status BuildCache(const BuildOptions& options, const ProgressFn& progress, const InfoFn& info,
                   BuildResult* result);
 
-// Verifies the cache in DIR like VerifyCache and, at level sources, also
-// lists the sources again (from the manifest's recorded root and layout) and
-// compares them with OUT/sources.tsv: files added, removed or changed are
-// problems (the cache is stale). At level deep, `sample` records chosen with
-// `seed` (0 = all) are preprocessed again with the recorded settings and
-// compared byte for byte. Record-level problems get their source path.
-Status VerifyWithSources(const std::string& dir, const VerifyOptions& options, uint64_t sample,
-                         uint64_t seed, VerifyReport* report);
+// The checks of a cache against its sources, above core's levels.
+enum class SourceCheck {
+  kSources,  // list the sources again and compare with sources.tsv
+  kDeep,     // and preprocess a sample of records again, byte for byte
+};
+// "sources", "deep".
+const char* SourceCheckName(SourceCheck check);
+// Parses a name written by SourceCheckName; InvalidArgument otherwise.
+Status ParseSourceCheck(const std::string& name, SourceCheck* out);
+
+// Verifies the cache in DIR like VerifyCache at level full (options' other
+// fields apply) and then, for kSources, lists the sources again (from the
+// manifest's recorded root and layout) and compares them with sources.tsv:
+// files added, removed or changed are problems (the cache is stale). For
+// kDeep also `sample` records chosen with `seed` (0 = all) are preprocessed
+// again with the recorded recipe and compared byte for byte. Record-level
+// problems get their source path; report->level is the check's name.
+Status VerifyWithSources(const std::string& dir, const VerifyOptions& options, SourceCheck check,
+                         uint64_t sample, uint64_t seed, VerifyReport* report);
 
 }  // namespace kiln::ingest
 

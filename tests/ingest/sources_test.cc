@@ -1,0 +1,171 @@
+// The source lists: ImageFolder (torchvision's class order), list files and
+// CSV, their error messages, the source digest and sources.tsv.
+#include <catch2/catch.hpp>
+#include <filesystem>
+
+#include "kiln/ingest/build.h"
+#include "sources_tsv.h"
+#include "test_util.h"
+
+using namespace kiln;
+using namespace kiln::testing;
+namespace fs = std::filesystem;
+
+namespace {
+const std::string kPhotos = std::string(KILN_SAMPLE_DATA) + "/photos";
+}  // namespace
+
+TEST_CASE("ImageFolder labels follow torchvision's sorted class order", "[sources]") {
+  TempDir dir;
+  for (const char* c : {"b", "a", "C", "a_2"}) {
+    fs::create_directories(dir / c);
+    fs::copy_file(kPhotos + "/chelsea.jpg", dir / (std::string(c) + "/x.jpg"));
+  }
+  ingest::SourceList list;
+  REQUIRE(ingest::ListImageFolder(dir.path(), &list).ok());
+  // Python's sorted(): code-point order, upper case first.
+  CHECK(list.classes == std::vector<std::string>{"C", "a", "a_2", "b"});
+  REQUIRE(list.items.size() == 4);
+  CHECK(list.items[0].rel_path == "C/x.jpg");
+  CHECK(list.items[0].label == 0);
+  CHECK(list.items[3].label == 3);
+}
+
+TEST_CASE("a symbolic link in an ImageFolder keeps its own path and class", "[sources]") {
+  TempDir src;
+  fs::create_directories(src / "a");
+  fs::create_directories(src / "b");
+  fs::copy_file(kPhotos + "/chelsea.jpg", src / "b/real.jpg");
+  fs::create_symlink("../b/real.jpg", src / "a/link.jpg");
+  ingest::SourceList list;
+  REQUIRE(ingest::ListImageFolder(src.path(), &list).ok());
+  REQUIRE(list.items.size() == 2);
+  CHECK(list.items[0].rel_path == "a/link.jpg");
+  CHECK(list.items[0].label == 0);
+  CHECK(list.items[1].rel_path == "b/real.jpg");
+  CHECK(list.items[1].label == 1);
+}
+
+TEST_CASE("an empty class folder is an error naming it", "[sources]") {
+  TempDir dir;
+  fs::create_directories(dir / "full");
+  fs::create_directories(dir / "empty");
+  fs::copy_file(kPhotos + "/chelsea.jpg", dir / "full/x.jpg");
+  ingest::SourceList list;
+  Status s = ingest::ListImageFolder(dir.path(), &list);
+  CHECK(s.IsInvalidArgument());
+  CHECK_THAT(s.message(), Catch::Contains("empty"));
+}
+
+TEST_CASE("list files and CSV", "[sources]") {
+  TempDir out;
+  const std::string root = KILN_SAMPLE_DATA;
+  SECTION("CSV with class names") {
+    WriteFile(out / "l.csv", "path,label\nphotos/rocket.jpg,space\nphotos/chelsea.jpg,cat\n");
+    ingest::SourceList list;
+    REQUIRE(ingest::ReadSourceList(root, out / "l.csv", &list).ok());
+    CHECK(list.classes == std::vector<std::string>{"cat", "space"});
+    CHECK(list.items[1].label == 1);
+  }
+  SECTION("numeric labels are indices, not names: 10 is not before 2; -1 is an error") {
+    WriteFile(out / "n.txt", "photos/chelsea.jpg 10\nphotos/coffee.jpg 2\n");
+    ingest::SourceList list;
+    REQUIRE(ingest::ReadSourceList(root, out / "n.txt", &list).ok());
+    CHECK(list.items[0].label == 10);
+    CHECK(list.items[1].label == 2);
+    CHECK(list.classes.size() == 11);
+    WriteFile(out / "neg.txt", "photos/chelsea.jpg 1\nphotos/coffee.jpg -1\n");
+    Status s = ingest::ReadSourceList(root, out / "neg.txt", &list);
+    CHECK(s.IsInvalidArgument());
+    CHECK_THAT(s.message(), Catch::Contains("neg.txt:2") && Catch::Contains("label -1"));
+    WriteFile(out / "big.txt", "photos/chelsea.jpg 99999999999999999999\n");
+    s = ingest::ReadSourceList(root, out / "big.txt", &list);
+    CHECK_THAT(s.message(), Catch::Contains("big.txt:1") && Catch::Contains("class indices"));
+    WriteFile(out / "many.txt", "photos/chelsea.jpg 300000000\n");
+    CHECK(ingest::ReadSourceList(root, out / "many.txt", &list).IsInvalidArgument());
+  }
+  SECTION("CSV as Python's csv module writes it: BOM, comment, quoted path") {
+    fs::create_directories(out / "root/a,b");
+    fs::copy_file(kPhotos + "/chelsea.jpg", out / "root/a,b/c.jpg");
+    WriteFile(out / "q.csv", "\xEF\xBB\xBF# made by hand\npath,label\r\n\"a,b/c.jpg\",cat\r\n");
+    ingest::SourceList list;
+    Status s = ingest::ReadSourceList(out / "root", out / "q.csv", &list);
+    INFO(s.ToString());
+    REQUIRE(s.ok());
+    REQUIRE(list.items.size() == 1);
+    CHECK(list.items[0].rel_path == "a,b/c.jpg");
+  }
+  SECTION("names kiln cannot record are refused up front, naming them") {
+    WriteFile(out / "tab.txt", "photos/che\tlsea.jpg 1\n");
+    ingest::SourceList list;
+    Status s = ingest::ReadSourceList(root, out / "tab.txt", &list);
+    CHECK(s.IsInvalidArgument());
+    fs::create_directories(out / "img/caf\xe9");
+    fs::copy_file(kPhotos + "/chelsea.jpg", out / "img/caf\xe9/c.jpg");
+    s = ingest::ListImageFolder(out / "img", &list);
+    CHECK(s.IsInvalidArgument());
+    CHECK_THAT(s.message(), Catch::Contains("caf\\xe9") && Catch::Contains("UTF-8"));
+  }
+  SECTION("bad lines name the line") {
+    WriteFile(out / "bad.txt", "photos/chelsea.jpg 1\nnolabel\n");
+    ingest::SourceList list;
+    Status s = ingest::ReadSourceList(root, out / "bad.txt", &list);
+    CHECK(s.IsInvalidArgument());
+    CHECK_THAT(s.message(), Catch::Contains("bad.txt:2"));
+    WriteFile(out / "escape.txt", "../etc/passwd 1\n");
+    s = ingest::ReadSourceList(root, out / "escape.txt", &list);
+    CHECK_THAT(s.message(), Catch::Contains("outside"));
+  }
+}
+
+
+TEST_CASE("ListSources picks the layout; the digest follows path, label, size and mtime",
+          "[sources]") {
+  TempDir dir;
+  fs::create_directories(dir / "src/a");
+  fs::create_directories(dir / "src/b");
+  fs::copy_file(kPhotos + "/chelsea.jpg", dir / "src/a/x.jpg");
+  fs::copy_file(kPhotos + "/coffee.jpg", dir / "src/b/y.jpg");
+  ingest::SourceList folder, listed;
+  REQUIRE(ingest::ListSources(dir / "src", "", &folder).ok());
+  CHECK(folder.layout == "imagefolder");
+  WriteFile(dir / "l.txt", "a/x.jpg 0\nb/y.jpg 1\n");
+  REQUIRE(ingest::ListSources(dir / "src", dir / "l.txt", &listed).ok());
+  CHECK(listed.layout == "list");
+  REQUIRE(listed.items.size() == 2);
+  const std::string d = ingest::SourceDigest(folder);
+  CHECK(d.size() == 16);
+  CHECK(ingest::SourceDigest(listed) == d);  // same paths, labels, sizes, mtimes
+  WriteFile(dir / "l2.txt", "a/x.jpg 1\nb/y.jpg 0\n");
+  REQUIRE(ingest::ListSources(dir / "src", dir / "l2.txt", &listed).ok());
+  CHECK(ingest::SourceDigest(listed) != d);  // labels swapped
+}
+
+TEST_CASE("sources.tsv round-trips every field and names a bad line", "[sources]") {
+  TempDir dir;
+  std::vector<ingest::RecordedSource> in(3);
+  in[0].record = 0;
+  in[0].item = {"a/x.jpg", 0, 1234, 1700000000123456789};
+  in[1].record = -1;
+  in[1].item = {"a/y z.png", 0, 5, 1};
+  in[2].record = 1;
+  in[2].item = {"b/\xc3\xa9.jpg", 1, 77, -5};
+  REQUIRE(ingest::WriteSourcesTsv(dir / "sources.tsv", in).ok());
+  std::vector<ingest::RecordedSource> out;
+  REQUIRE(ingest::ReadSourcesTsv(dir / "sources.tsv", &out).ok());
+  REQUIRE(out.size() == in.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    CHECK(out[i].record == in[i].record);
+    CHECK(out[i].item.rel_path == in[i].item.rel_path);
+    CHECK(out[i].item.label == in[i].item.label);
+    CHECK(out[i].item.size == in[i].item.size);
+    CHECK(out[i].item.mtime_ns == in[i].item.mtime_ns);
+  }
+  CHECK(ingest::ReadSourcesTsv(dir / "absent.tsv", &out).IsNotFound());
+  std::string text = ReadFile(dir / "sources.tsv");
+  text += "not a line\n";
+  WriteFile(dir / "bad.tsv", text);
+  Status s = ingest::ReadSourcesTsv(dir / "bad.tsv", &out);
+  CHECK(s.IsCorruption());
+  CHECK_THAT(s.message(), Catch::Contains("bad.tsv"));
+}
