@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "command.h"
+#include "core/memcpy_floor.h"
 #include "kiln/cache_reader.h"
 #include "kiln/loader.h"
 

@@ -9,6 +9,7 @@
 #include <cstdio>
 
 #include "command.h"
+#include "core/memcpy_floor.h"
 #include "kiln/train/tensor_loader.h"
 
 namespace kiln::tools {

@@ -19,7 +19,8 @@ Status MakeProgressPrinter(const std::string& verb, const std::string& unit,
     return Status::OK();
   }
   if (mode != "tty" && mode != "plain" && mode != "json")
-    return Status::InvalidArgument("--progress " + want + ": expected auto, tty, plain, json or none");
+    return Status::InvalidArgument("--progress " + want +
+                                   ": expected auto, tty, plain, json or none");
   // When each cache last printed (seconds since its start; -1: never).
   auto last = std::make_shared<std::map<std::string, double>>();
   *out = [verb, unit, mode, last](const std::string& what, const Progress& p) {
@@ -32,7 +33,7 @@ Status MakeProgressPrinter(const std::string& verb, const std::string& unit,
     if (mode == "json") {
       if (!p.final && at >= 0 && p.seconds - at < 1) return;
       at = p.seconds;
-      nlohmann::json j = {{"cache", what},    {"done", p.done},   {"total", p.total},
+      nlohmann::json j = {{"cache", what},         {"done", p.done},  {"total", p.total},
                           {unit + "_per_s", rate}, {"mb_per_s", mbs}, {"eta_s", eta},
                           {"final", p.final}};
       std::cerr << j.dump() << std::endl;

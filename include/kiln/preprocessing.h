@@ -53,9 +53,9 @@ struct Preprocessing {
   // merge drops it. part_index < 0 for an ordinary cache.
   int part_index = -1;
   int part_count = 0;
-  int resize = 0;                 // shorter side (torchvision Resize(S)); 0 = none
-  int crop = 0;                   // center crop C x C; 0 = none
-  int size_w = 0, size_h = 0;     // squashed to W x H; 0 = none
+  int resize = 0;              // shorter side (torchvision Resize(S)); 0 = none
+  int crop = 0;                // center crop C x C; 0 = none
+  int size_w = 0, size_h = 0;  // squashed to W x H; 0 = none
   std::string interpolation = "bilinear, antialiased (PIL/torchvision)";
   int channels = 3;               // 1 or 3
   DType dtype = DType::kFloat16;  // of the records
@@ -63,10 +63,10 @@ struct Preprocessing {
   std::vector<double> mean, std;  // per channel, in [0, 1] pixel units
   bool normalized = true;         // false for uint8 records (raw pixels)
   int64_t max_pixels = 100'000'000;
-  int64_t shuffle_seed = -1;      // >= 0: records in a seeded permutation
-  double val_fraction = 0;        // > 0: split by path hash
-  std::string split;              // "", "train" or "val"
-  uint64_t stats_sample = 0;      // norm auto: images sampled; 0 = all
+  int64_t shuffle_seed = -1;                     // >= 0: records in a seeded permutation
+  double val_fraction = 0;                       // > 0: split by path hash
+  std::string split;                             // "", "train" or "val"
+  uint64_t stats_sample = 0;                     // norm auto: images sampled; 0 = all
   std::map<std::string, std::string> libraries;  // name -> version (kiln, codecs)
   // Keys this kiln does not know, with their JSON text, kept as recorded.
   std::map<std::string, std::string> extra;

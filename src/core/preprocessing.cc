@@ -13,8 +13,8 @@ constexpr const char* kNormNames[] = {"none", "imagenet", "auto", "explicit"};
 
 // The fields kiln build records; a recipe with all of them is complete.
 constexpr const char* kRecipeKeys[] = {
-    "source", "resize",       "crop",      "size",         "interpolation", "channels",
-    "dtype",  "norm",         "mean",      "std",          "normalized",    "max_pixels",
+    "source",       "resize",       "crop",  "size",         "interpolation", "channels",
+    "dtype",        "norm",         "mean",  "std",          "normalized",    "max_pixels",
     "shuffle_seed", "val_fraction", "split", "stats_sample", "libraries"};
 // Known but optional: "part" (a part's own record).
 bool IsKnownKey(const std::string& k) {
@@ -30,8 +30,10 @@ json ToJsonValue(const Preprocessing& p) {
     return j.is_object() ? j : json::object();
   }
   json j = json::object();
-  j["source"] = {{"root", p.source.root}, {"layout", p.source.layout},
-                 {"files", p.source.files}, {"digest", p.source.digest}};
+  j["source"] = {{"root", p.source.root},
+                 {"layout", p.source.layout},
+                 {"files", p.source.files},
+                 {"digest", p.source.digest}};
   if (!p.source.list_file.empty()) j["source"]["list_file"] = p.source.list_file;
   if (p.part_index >= 0) j["part"] = {{"index", p.part_index}, {"of", p.part_count}};
   j["resize"] = p.resize;
@@ -111,12 +113,13 @@ Status Preprocessing::FromJson(const std::string& text, const std::string& where
     get("channels", &p.channels);
     if (j.contains("dtype")) {
       field = "dtype";
-      KILN_RETURN_IF_ERROR(ParseDType(j.at("dtype").get<std::string>(), &p.dtype).WithContext(where));
+      KILN_RETURN_IF_ERROR(
+          ParseDType(j.at("dtype").get<std::string>(), &p.dtype).WithContext(where));
     }
     if (j.contains("norm")) {
       field = "norm";
-      KILN_RETURN_IF_ERROR(ParseNormKind(j.at("norm").get<std::string>(), &p.norm)
-                               .WithContext(where));
+      KILN_RETURN_IF_ERROR(
+          ParseNormKind(j.at("norm").get<std::string>(), &p.norm).WithContext(where));
     }
     get("mean", &p.mean);
     get("std", &p.std);

@@ -16,10 +16,10 @@ Status ParseByteSize(const std::string& text, const std::string& option, uint64_
   if (end == text.c_str() || !(v > 0) || !std::isfinite(v)) return bad;
   const std::string unit = end;
   static const std::pair<const char*, double> kUnits[] = {
-      {"", 1},         {"B", 1},         {"K", 0x1p10},    {"k", 0x1p10},  {"M", 0x1p20},
-      {"m", 0x1p20},   {"G", 0x1p30},    {"g", 0x1p30},    {"T", 0x1p40},  {"t", 0x1p40},
-      {"KiB", 0x1p10}, {"MiB", 0x1p20},  {"GiB", 0x1p30},  {"TiB", 0x1p40}, {"KB", 1e3},
-      {"MB", 1e6},     {"GB", 1e9},      {"TB", 1e12}};
+      {"", 1},         {"B", 1},        {"K", 0x1p10},   {"k", 0x1p10},   {"M", 0x1p20},
+      {"m", 0x1p20},   {"G", 0x1p30},   {"g", 0x1p30},   {"T", 0x1p40},   {"t", 0x1p40},
+      {"KiB", 0x1p10}, {"MiB", 0x1p20}, {"GiB", 0x1p30}, {"TiB", 0x1p40}, {"KB", 1e3},
+      {"MB", 1e6},     {"GB", 1e9},     {"TB", 1e12}};
   for (const auto& [name, mult] : kUnits) {
     if (unit != name) continue;
     const double bytes = v * mult;

@@ -1,4 +1,6 @@
 // BuildCache: plan -> journal -> pipeline -> finish, for each output cache.
+#include "kiln/ingest/build.h"
+
 #include <xxhash.h>
 
 #include <chrono>
@@ -9,7 +11,6 @@
 #include "kiln/cache_layout.h"
 #include "kiln/cache_writer.h"
 #include "kiln/image/decode.h"
-#include "kiln/ingest/build.h"
 #include "kiln/manifest.h"
 #include "kiln/shuffle.h"
 #include "pipeline.h"
@@ -37,8 +38,9 @@ Status CheckOptions(const BuildOptions& o) {
     return Status::InvalidArgument("--part " + std::to_string(o.part) + " of --num-parts " +
                                    std::to_string(o.num_parts) + ": need 0 <= part < num-parts");
   if (o.num_parts > 1 && o.repair)
-    return Status::InvalidArgument("--repair works on a whole cache: merge the parts first "
-                                   "(kiln merge), then repair the merged cache");
+    return Status::InvalidArgument(
+        "--repair works on a whole cache: merge the parts first "
+        "(kiln merge), then repair the merged cache");
   if (o.channels != 1 && o.channels != 3)
     return Status::InvalidArgument("--channels must be 1 or 3");
   if ((o.size_w > 0) != (o.size_h > 0))
@@ -81,9 +83,8 @@ class Builder {
     const Preprocessor pre(recipe_, shape_);
     for (Plan& p : plans) {
       const Preprocessing recipe = RecipeOf(p);
-      KILN_RETURN_IF_ERROR(opt_.repair
-                               ? RepairCache(p.dir, recipe, pre, opt_.threads, info_, res_)
-                               : BuildOne(p, recipe, pre));
+      KILN_RETURN_IF_ERROR(opt_.repair ? RepairCache(p.dir, recipe, pre, opt_.threads, info_, res_)
+                                       : BuildOne(p, recipe, pre));
     }
     return Status::OK();
   }
@@ -267,8 +268,7 @@ class Builder {
     // rejects.tsv lists every rejected file of the build, in source order.
     KILN_RETURN_IF_ERROR(rejects.WriteTsv());
     if (writer->next_index() == plan.first)
-      return Status::Corruption(plan.dir + ": every input was rejected (see " + kRejectsName +
-                                ")");
+      return Status::Corruption(plan.dir + ": every input was rejected (see " + kRejectsName + ")");
     KILN_RETURN_IF_ERROR(WriteSources(plan, rejects));
     Manifest m;
     m.classes = src_.classes;

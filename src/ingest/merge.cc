@@ -10,9 +10,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "kiln/ingest/build.h"
 #include "kiln/cache_reader.h"
 #include "kiln/cache_writer.h"
+#include "kiln/ingest/build.h"
 #include "kiln/manifest.h"
 #include "kiln/verify.h"
 #include "sources_tsv.h"
@@ -23,11 +23,10 @@ using json = nlohmann::json;
 
 namespace {
 
-
 struct Part {
   std::string dir;
   Manifest m;
-  std::string shard_dir;         // where its (possibly re-indexed) shards are
+  std::string shard_dir;          // where its (possibly re-indexed) shards are
   std::vector<ShardInfo> shards;  // with global indices in the merged cache
   int64_t delta = 0;              // merged index - part's own index
 };
@@ -100,7 +99,8 @@ Status MergeOne(const std::string& out, std::vector<std::string> dirs, bool keep
     p.dir = d;
     Status s = ReadManifest(d, &p.m);
     if (s.IsIncomplete())
-      return Status::Corruption(d + ": this part's build did not finish; run its kiln build "
+      return Status::Corruption(d +
+                                ": this part's build did not finish; run its kiln build "
                                 "command again to complete it, then merge");
     KILN_RETURN_IF_ERROR(s);
     if (!p.m.is_part())
@@ -150,14 +150,15 @@ Status MergeOne(const std::string& out, std::vector<std::string> dirs, bool keep
     VerifyReport r;
     KILN_RETURN_IF_ERROR(VerifyCache(p.dir, vo, &r));
     if (!r.clean())
-      return Status::Corruption(p.dir + ": kiln verify --level quick finds " +
-                                std::to_string(r.problems.size()) + " problem(s), first: " +
-                                r.problems[0].what + "; rebuild this part");
+      return Status::Corruption(
+          p.dir + ": kiln verify --level quick finds " + std::to_string(r.problems.size()) +
+          " problem(s), first: " + r.problems[0].what + "; rebuild this part");
   }
   std::error_code ec;
   fs::create_directories(out, ec);
   if (fs::exists(fs::path(out) / kManifestName))
-    return Status::InvalidArgument(out + ": already holds a finished cache; merge into an empty "
+    return Status::InvalidArgument(out +
+                                   ": already holds a finished cache; merge into an empty "
                                    "directory (or the one holding only the parts)");
 
   // Global indices: each part continues where the parts before it ended.
@@ -172,7 +173,9 @@ Status MergeOne(const std::string& out, std::vector<std::string> dirs, bool keep
            " but the parts before it hold " + std::to_string(next) +
            " (they rejected inputs): rewriting its " + std::to_string(p.m.count) +
            " records with new indices");
-      KILN_RETURN_IF_ERROR(Reindex(&p, next, (fs::path(out) / (kMergeScratchPrefix + PartDirName(p.m.part_index, n))).string()));
+      KILN_RETURN_IF_ERROR(Reindex(
+          &p, next,
+          (fs::path(out) / (kMergeScratchPrefix + PartDirName(p.m.part_index, n))).string()));
       result->copied_records += p.m.count;
     }
     next += p.m.count;
@@ -278,7 +281,8 @@ Status MergeParts(const std::string& out, const std::vector<std::string>& parts,
         if (!found.empty()) KILN_RETURN_IF_ERROR(MergeOne(dir, found, keep_parts, say, &r));
       }
       if (r.caches.empty())
-        return Status::NotFound(out + ": no part-*-of-* directories here or in train/ and val/; "
+        return Status::NotFound(out +
+                                ": no part-*-of-* directories here or in train/ and val/; "
                                 "give the parts: kiln merge OUT PART...");
     }
   }

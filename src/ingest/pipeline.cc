@@ -50,8 +50,7 @@ class ChunkPool {
 }  // namespace
 
 Status RunPipeline(const PipelineJob& job, CacheWriter* writer, RejectLog* rejects,
-                   const std::function<void(const PipelineCounts&)>& tick,
-                   PipelineCounts* counts) {
+                   const std::function<void(const PipelineCounts&)>& tick, PipelineCounts* counts) {
   const SourceList& src = *job.sources;
   const std::vector<size_t>& order = *job.order;
   const Preprocessor& pre = *job.preprocessor;
@@ -124,10 +123,9 @@ Status RunPipeline(const PipelineJob& job, CacheWriter* writer, RejectLog* rejec
 
   InArena(job.threads, [&] {
     tbb::parallel_pipeline(
-        tokens,
-        tbb::make_filter<void, Chunk*>(tbb::filter_mode::serial_in_order, read_stage) &
-            tbb::make_filter<Chunk*, Chunk*>(tbb::filter_mode::parallel, decode_stage) &
-            tbb::make_filter<Chunk*, void>(tbb::filter_mode::serial_in_order, write_stage));
+        tokens, tbb::make_filter<void, Chunk*>(tbb::filter_mode::serial_in_order, read_stage) &
+                    tbb::make_filter<Chunk*, Chunk*>(tbb::filter_mode::parallel, decode_stage) &
+                    tbb::make_filter<Chunk*, void>(tbb::filter_mode::serial_in_order, write_stage));
   });
   return failure;
 }

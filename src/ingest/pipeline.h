@@ -25,8 +25,8 @@ struct PipelineJob {
   const std::vector<size_t>* order = nullptr;  // source items in record order
   size_t start = 0;                            // first position of `order` to process
   const Preprocessor* preprocessor = nullptr;
-  int threads = 0;                             // 0 = all cores
-  bool strict = false;                         // the first reject fails the run
+  int threads = 0;      // 0 = all cores
+  bool strict = false;  // the first reject fails the run
 };
 
 struct PipelineCounts {
@@ -41,8 +41,7 @@ struct PipelineCounts {
 // failure, or under strict the first reject (Corruption naming the file);
 // the pipeline then stops reading and decoding.
 Status RunPipeline(const PipelineJob& job, CacheWriter* writer, RejectLog* rejects,
-                   const std::function<void(const PipelineCounts&)>& tick,
-                   PipelineCounts* counts);
+                   const std::function<void(const PipelineCounts&)>& tick, PipelineCounts* counts);
 
 }  // namespace kiln::ingest
 

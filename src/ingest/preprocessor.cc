@@ -59,11 +59,10 @@ Status Preprocessor::Resize(const std::string& root, const SourceItem& item,
   KILN_RETURN_IF_ERROR(image::ResizeAndCrop(scratch->decoded, spec_, &scratch->resized));
   const image::ImageU8& r = scratch->resized;
   if (r.width != static_cast<int>(shape_.dims[2]) || r.height != static_cast<int>(shape_.dims[1]))
-    return Status::InvalidArgument("size " + std::to_string(r.width) + "x" +
-                                   std::to_string(r.height) + " differs from the cache's " +
-                                   std::to_string(shape_.dims[2]) + "x" +
-                                   std::to_string(shape_.dims[1]) +
-                                   "; pass --resize/--crop or --size");
+    return Status::InvalidArgument(
+        "size " + std::to_string(r.width) + "x" + std::to_string(r.height) +
+        " differs from the cache's " + std::to_string(shape_.dims[2]) + "x" +
+        std::to_string(shape_.dims[1]) + "; pass --resize/--crop or --size");
   return Status::OK();
 }
 

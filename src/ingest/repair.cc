@@ -17,10 +17,12 @@ Status RepairCache(const std::string& dir, const Preprocessing& recipe, const Pr
   Manifest m;
   Status s = ReadManifest(dir, &m);
   if (!s.ok())
-    return Status::InvalidArgument(s.message() + "; --repair needs a finished cache (run the "
+    return Status::InvalidArgument(s.message() +
+                                   "; --repair needs a finished cache (run the "
                                    "build without --repair to resume or rebuild it)");
   if (m.preprocessing != recipe)
-    return Status::InvalidArgument(dir + ": --repair needs the original build's sources and "
+    return Status::InvalidArgument(dir +
+                                   ": --repair needs the original build's sources and "
                                    "arguments; they differ (" +
                                    RecipeChanges(m.preprocessing, recipe) + ")");
   VerifyReport rep;
@@ -34,9 +36,9 @@ Status RepairCache(const std::string& dir, const Preprocessing& recipe, const Pr
     // damaged or deleted; the shards holding them are rewritten.
     if (p.kind == Kind::kShardMismatch) continue;
     if (p.kind != Kind::kRecord || p.index < 0)
-      return Status::Corruption(dir + ": cannot repair record by record: " +
-                                (p.shard.empty() ? "" : p.shard + ": ") + p.what +
-                                "; rebuild with --force");
+      return Status::Corruption(
+          dir + ": cannot repair record by record: " + (p.shard.empty() ? "" : p.shard + ": ") +
+          p.what + "; rebuild with --force");
     bad.insert(static_cast<uint64_t>(p.index));
   }
   if (bad.empty() && !rep.clean())
@@ -74,8 +76,8 @@ Status RepairCache(const std::string& dir, const Preprocessing& recipe, const Pr
     return Status::Corruption(dir + ": still damaged after repair: " + rep.problems[0].what);
   std::string list;
   for (uint64_t idx : bad) list += (list.empty() ? "" : ", ") + std::to_string(idx);
-  info(dir + ": repaired " + std::to_string(bad.size()) + " record(s) from their sources: " +
-       list + "; the cache verifies clean");
+  info(dir + ": repaired " + std::to_string(bad.size()) + " record(s) from their sources: " + list +
+       "; the cache verifies clean");
   res->written += bad.size();
   return Status::OK();
 }

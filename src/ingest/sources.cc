@@ -3,8 +3,8 @@
 #include <xxhash.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cctype>
+#include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -23,8 +23,8 @@ namespace fs = std::filesystem;
 namespace {
 
 bool HasImageExtension(const std::string& name) {
-  static const char* kExt[] = {".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm",
-                               ".tif", ".tiff", ".webp"};
+  static const char* kExt[] = {".jpg", ".jpeg", ".png",  ".ppm", ".bmp",
+                               ".pgm", ".tif",  ".tiff", ".webp"};
   std::string lower = name;
   std::transform(lower.begin(), lower.end(), lower.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
@@ -38,8 +38,7 @@ bool HasImageExtension(const std::string& name) {
 Status Stat(const std::string& root, SourceItem* item) {
   struct stat st;
   const std::string path = root + "/" + item->rel_path;
-  if (::stat(path.c_str(), &st) != 0)
-    return Status::NotFound(path + ": listed but not found");
+  if (::stat(path.c_str(), &st) != 0) return Status::NotFound(path + ": listed but not found");
   item->size = static_cast<uint64_t>(st.st_size);
   item->mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
   return Status::OK();
@@ -121,13 +120,14 @@ Status ListImageFolderOrThrow(const std::string& root, SourceList* out) {
     std::vector<std::string> files;
     // Paths as listed, below the root: a symbolic link keeps its own name
     // (and its class), not its target's.
-    for (const auto& e : fs::recursive_directory_iterator(dir, fs::directory_options::follow_directory_symlink))
+    for (const auto& e :
+         fs::recursive_directory_iterator(dir, fs::directory_options::follow_directory_symlink))
       if (e.is_regular_file() && HasImageExtension(e.path().filename().string()))
         files.push_back(e.path().lexically_relative(list.root).generic_string());
     for (const auto& f : files) KILN_RETURN_IF_ERROR(CheckName(f, list.root));
     if (files.empty())
-      return Status::InvalidArgument(dir.string() +
-                                     ": class folder holds no image files; remove it or add images");
+      return Status::InvalidArgument(
+          dir.string() + ": class folder holds no image files; remove it or add images");
     for (auto& f : files) {
       SourceItem item;
       item.rel_path = std::move(f);
@@ -209,8 +209,8 @@ Status ReadSourceList(const std::string& root, const std::string& list_path, Sou
   // "-1" is an error, not a class name); otherwise class names, sorted.
   auto integer = [](const std::string& t) {
     const size_t digits = t[0] == '-' ? 1 : 0;
-    return t.size() > digits &&
-           std::all_of(t.begin() + digits, t.end(), [](unsigned char ch) { return std::isdigit(ch); });
+    return t.size() > digits && std::all_of(t.begin() + digits, t.end(),
+                                            [](unsigned char ch) { return std::isdigit(ch); });
   };
   bool numeric = true;
   for (const auto& r : rows) numeric = numeric && integer(r.label);
@@ -230,13 +230,13 @@ Status ReadSourceList(const std::string& root, const std::string& list_path, Sou
     SourceItem item;
     item.rel_path = fs::path(r.path).lexically_normal().generic_string();
     if (numeric) {
-      const auto [end, ec] = std::from_chars(r.label.data(), r.label.data() + r.label.size(), item.label);
+      const auto [end, ec] =
+          std::from_chars(r.label.data(), r.label.data() + r.label.size(), item.label);
       if (ec != std::errc() || end != r.label.data() + r.label.size() || item.label < 0 ||
           item.label >= kMaxClasses)
-        return Status::InvalidArgument(r.where + ": label " + r.label +
-                                       ": numeric labels are class indices 0.." +
-                                       std::to_string(kMaxClasses - 1) +
-                                       " (or give every line a class name)");
+        return Status::InvalidArgument(
+            r.where + ": label " + r.label + ": numeric labels are class indices 0.." +
+            std::to_string(kMaxClasses - 1) + " (or give every line a class name)");
     } else {
       item.label = names[r.label];
     }
@@ -285,7 +285,8 @@ Status ReadSourcesTsv(const std::string& path, std::vector<RecordedSource>* out)
       pos = tab + 1;
     }
     f.push_back(line.substr(pos));
-    if (f.size() != 5) return Status::Corruption(path + ":" + std::to_string(lineno) + ": bad line");
+    if (f.size() != 5)
+      return Status::Corruption(path + ":" + std::to_string(lineno) + ": bad line");
     RecordedSource r;
     try {
       r.record = std::stoll(f[0]);

@@ -86,7 +86,8 @@ Status VerifyWithSources(const std::string& dir, const VerifyOptions& options, S
   }
   for (const auto& r : recorded)
     if (!seen.count(r.item.rel_path))
-      problem(r.record, r.item.rel_path, "source file removed since the build (the cache is stale)");
+      problem(r.record, r.item.rel_path,
+              "source file removed since the build (the cache is stale)");
 
   if (check == SourceCheck::kDeep && !by_record.empty()) {
     std::vector<int64_t> all;
@@ -114,8 +115,9 @@ Status VerifyWithSources(const std::string& dir, const VerifyOptions& options, S
       }
     }
   }
-  std::stable_sort(report->problems.begin(), report->problems.end(),
-                   [](const VerifyProblem& a, const VerifyProblem& b) { return a.index < b.index; });
+  std::stable_sort(
+      report->problems.begin(), report->problems.end(),
+      [](const VerifyProblem& a, const VerifyProblem& b) { return a.index < b.index; });
   report->seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return Status::OK();
 }

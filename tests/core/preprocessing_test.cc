@@ -44,9 +44,9 @@ TEST_CASE("a partial recipe keeps its bytes; a complete one its unknown keys", "
   CHECK(Preprocessing().ToJson() == "{}");
 
   Manifest m;
-  REQUIRE(ManifestFromJson(ReadFile(std::string(KILN_TEST_DATA) + "/manifest_list_uint8.json"),
-                           "m", &m)
-              .ok());
+  REQUIRE(
+      ManifestFromJson(ReadFile(std::string(KILN_TEST_DATA) + "/manifest_list_uint8.json"), "m", &m)
+          .ok());
   Preprocessing q;
   std::string text = m.preprocessing.ToJson();
   text.insert(text.size() - 1, R"(,"zz_future":[1,2])");  // sorts last, as ToJson writes
@@ -76,8 +76,7 @@ TEST_CASE("norm kinds parse from their names only", "[manifest]") {
   CHECK(ParseNormKind("Imagenet", &k).IsInvalidArgument());
 }
 
-TEST_CASE("the seeded sample is a fixed list for a seed, on every standard library",
-          "[shuffle]") {
+TEST_CASE("the seeded sample is a fixed list for a seed, on every standard library", "[shuffle]") {
   // Fisher-Yates over std::mt19937_64 with rng() % i: these values follow
   // from the C++ standard's definition of mt19937_64 alone.
   CHECK(SeededSample(20, 5, 12345) == std::vector<size_t>{0, 7, 9, 13, 16});

@@ -55,8 +55,8 @@ std::string ManifestSummary(const std::string& dir) {
 std::string PhotoList(const TempDir& dir) {
   std::string text;
   int k = 0;
-  for (const char* n : {"astronaut", "camera", "chelsea", "coffee", "hubble_deep_field", "retina",
-                        "rocket"})
+  for (const char* n :
+       {"astronaut", "camera", "chelsea", "coffee", "hubble_deep_field", "retina", "rocket"})
     text += std::string(n) + ".jpg " + std::to_string(k++ % 3) + "\n";
   WriteFile(dir / "photos.txt", text);
   return dir / "photos.txt";
@@ -84,16 +84,16 @@ TEST_CASE("golden: fashion float16, explicit mean/std, shuffled, split, several 
   o.shard_size = 64 * 28 * 28 * 2;
   ingest::BuildResult r;
   REQUIRE(ingest::BuildCache(o, nullptr, nullptr, &r).ok());
-  CHECK(ShardHashes(out / "train") == 
+  CHECK(ShardHashes(out / "train") ==
         "shard-00000.mdb=57d5b8659ad01a8c shard-00001.mdb=3a47a6be205c4836 "
         "shard-00002.mdb=655f7ce857543374 shard-00003.mdb=dd1410f452ab22f8");
-  CHECK(ManifestSummary(out / "train") == 
+  CHECK(ManifestSummary(out / "train") ==
         "228 1x28x28 float16 5e503054341a2158 3732b0c6dd8a0e0e 259503d875204b8d "
         "7bd670a26dffa8e7 mean=[0.286] std=[0.353] norm=\"explicit\" resize=0 crop=0 "
         "size=[0,0] split=\"train\"");
-  CHECK(ShardHashes(out / "val") == 
+  CHECK(ShardHashes(out / "val") ==
         "shard-00000.mdb=4e2e3f114734818c shard-00001.mdb=9f5050eca933f9da");
-  CHECK(ManifestSummary(out / "val") == 
+  CHECK(ManifestSummary(out / "val") ==
         "72 1x28x28 float16 b8031fedb47ddcae ccef48015556236a mean=[0.286] std=[0.353] "
         "norm=\"explicit\" resize=0 crop=0 size=[0,0] split=\"val\"");
 }
@@ -108,9 +108,8 @@ TEST_CASE("golden: photos uint8, resize and center crop", "[build][golden]") {
   o.dtype = DType::kUint8;
   ingest::BuildResult r;
   REQUIRE(ingest::BuildCache(o, nullptr, nullptr, &r).ok());
-  CHECK(ShardHashes(out.path()) == 
-        "shard-00000.mdb=6d9e82cf3c51d199");
-  CHECK(ManifestSummary(out.path()) == 
+  CHECK(ShardHashes(out.path()) == "shard-00000.mdb=6d9e82cf3c51d199");
+  CHECK(ManifestSummary(out.path()) ==
         "7 3x56x56 uint8 a331b93091820350 mean=[0.0,0.0,0.0] std=[1.0,1.0,1.0] "
         "norm=\"none\" resize=64 crop=56 size=[0,0] split=\"\"");
 }
@@ -126,9 +125,8 @@ TEST_CASE("golden: photos float32, imagenet statistics, squashed to 40x30", "[bu
   o.norm = NormKind::kImagenet;
   ingest::BuildResult r;
   REQUIRE(ingest::BuildCache(o, nullptr, nullptr, &r).ok());
-  CHECK(ShardHashes(out.path()) == 
-        "shard-00000.mdb=369e8b159c952ca5");
-  CHECK(ManifestSummary(out.path()) == 
+  CHECK(ShardHashes(out.path()) == "shard-00000.mdb=369e8b159c952ca5");
+  CHECK(ManifestSummary(out.path()) ==
         "7 3x30x40 float32 bdcfdc5d141d0ab7 mean=[0.485,0.456,0.406] "
         "std=[0.229,0.224,0.225] norm=\"imagenet\" resize=0 crop=0 size=[40,30] split=\"\"");
 }
@@ -140,9 +138,8 @@ TEST_CASE("golden: fashion norm auto over all images, grey photos", "[build][gol
   o.norm = NormKind::kAuto;
   ingest::BuildResult r;
   REQUIRE(ingest::BuildCache(o, nullptr, nullptr, &r).ok());
-  CHECK(ShardHashes(out.path()) == 
-        "shard-00000.mdb=6a7c39c84e9b3e59");
-  CHECK(ManifestSummary(out.path()) == 
+  CHECK(ShardHashes(out.path()) == "shard-00000.mdb=6a7c39c84e9b3e59");
+  CHECK(ManifestSummary(out.path()) ==
         "100 1x28x28 float16 fe129fa3b66dc50d mean=[0.28392026810724286] "
         "std=[0.35388319851093486] norm=\"auto\" resize=0 crop=0 size=[0,0] split=\"\"");
 }
@@ -158,7 +155,7 @@ TEST_CASE("golden: norm auto over a seeded sample of 40 images", "[build][golden
   ingest::BuildResult r;
   REQUIRE(ingest::BuildCache(o, nullptr, nullptr, &r).ok());
   CHECK(ShardHashes(out.path()) == "shard-00000.mdb=daf8e11cbaa87af7");
-  CHECK(ManifestSummary(out.path()) == 
+  CHECK(ManifestSummary(out.path()) ==
         "300 1x28x28 float16 f63f1c508b087435 mean=[0.28901485594237697] "
         "std=[0.35650513775356324] norm=\"auto\" resize=0 crop=0 size=[0,0] split=\"\"");
 }

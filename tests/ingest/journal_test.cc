@@ -39,8 +39,8 @@ TEST_CASE("a build starts fresh, up to date, or is refused as stale", "[journal]
 
   const Preprocessing recipe = BuildSmallCache(dir.path());
   std::string said;
-  REQUIRE(DecideStart(dir.path(), recipe, false, false,
-                      [&](const std::string& l) { said = l; }, &start)
+  REQUIRE(DecideStart(
+              dir.path(), recipe, false, false, [&](const std::string& l) { said = l; }, &start)
               .ok());
   CHECK(start == BuildStart::kUpToDate);
   CHECK_THAT(said, Catch::Contains("up to date"));

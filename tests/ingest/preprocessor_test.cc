@@ -16,7 +16,8 @@ namespace {
 SourceList Photos() {
   SourceList src;
   src.root = std::string(KILN_SAMPLE_DATA) + "/photos";
-  for (const char* n : {"chelsea.jpg", "coffee.jpg", "rocket.jpg"}) src.items.push_back({n, 0, 0, 0});
+  for (const char* n : {"chelsea.jpg", "coffee.jpg", "rocket.jpg"})
+    src.items.push_back({n, 0, 0, 0});
   return src;
 }
 }  // namespace

@@ -118,7 +118,6 @@ TEST_CASE("list files and CSV", "[sources]") {
   }
 }
 
-
 TEST_CASE("ListSources picks the layout; the digest follows path, label, size and mtime",
           "[sources]") {
   TempDir dir;

@@ -55,39 +55,38 @@ Status ListSources(const std::string& root, const std::string& list_file, Source
 std::string SourceDigest(const SourceList& list);
 
 struct BuildOptions {
-  std::string src;                  // source root directory
-  std::string out;                  // cache directory (OUT/train, OUT/val with val_fraction)
-  std::string list_file;            // "" = ImageFolder layout under src
-  int resize = 0;                   // shorter side -> resize (torchvision Resize(S)); 0 = none
-  int crop = 0;                     // center crop C x C; 0 = none
-  int size_w = 0, size_h = 0;       // squash to W x H instead; 0 = none
-  int channels = 3;                 // 1 or 3
-  DType dtype = DType::kFloat16;    // float16/float32: normalized; uint8: raw pixels
-  NormKind norm = NormKind::kNone;  // none (mean 0, std 1), imagenet, auto, or explicit
-  std::vector<double> mean, std;    // explicit per-channel values (norm = kExplicit)
-  uint64_t stats_sample = 0;        // norm auto: seeded sample of N images; 0 = all
-  double val_fraction = 0;          // > 0: OUT/train and OUT/val split by path hash
-  int64_t shuffle_seed = -1;        // >= 0: write a seeded permutation of the records
-  uint64_t shard_size = 4ull << 30; // record bytes per shard
-  int threads = 0;                  // 0 = all cores
-  int64_t max_pixels = 100'000'000; // reject headers claiming more pixels
-  bool strict = false;              // any rejected input fails the build (exit 1)
-  bool force = false;               // rebuild when sources or options changed
-  bool repair = false;              // rewrite only the records verify finds bad, from their sources
-  int num_parts = 1;                // > 1: build only part `part` (0-based) of num_parts,
-  int part = 0;                     //   into OUT/part-IIIII-of-NNNNN (per split); see MergeParts
+  std::string src;                   // source root directory
+  std::string out;                   // cache directory (OUT/train, OUT/val with val_fraction)
+  std::string list_file;             // "" = ImageFolder layout under src
+  int resize = 0;                    // shorter side -> resize (torchvision Resize(S)); 0 = none
+  int crop = 0;                      // center crop C x C; 0 = none
+  int size_w = 0, size_h = 0;        // squash to W x H instead; 0 = none
+  int channels = 3;                  // 1 or 3
+  DType dtype = DType::kFloat16;     // float16/float32: normalized; uint8: raw pixels
+  NormKind norm = NormKind::kNone;   // none (mean 0, std 1), imagenet, auto, or explicit
+  std::vector<double> mean, std;     // explicit per-channel values (norm = kExplicit)
+  uint64_t stats_sample = 0;         // norm auto: seeded sample of N images; 0 = all
+  double val_fraction = 0;           // > 0: OUT/train and OUT/val split by path hash
+  int64_t shuffle_seed = -1;         // >= 0: write a seeded permutation of the records
+  uint64_t shard_size = 4ull << 30;  // record bytes per shard
+  int threads = 0;                   // 0 = all cores
+  int64_t max_pixels = 100'000'000;  // reject headers claiming more pixels
+  bool strict = false;               // any rejected input fails the build (exit 1)
+  bool force = false;                // rebuild when sources or options changed
+  bool repair = false;  // rewrite only the records verify finds bad, from their sources
+  int num_parts = 1;    // > 1: build only part `part` (0-based) of num_parts,
+  int part = 0;         //   into OUT/part-IIIII-of-NNNNN (per split); see MergeParts
 };
-
 
 struct BuildResult {
   uint64_t written = 0;
   uint64_t rejected = 0;
-  uint64_t bytes = 0;        // record bytes written by this run
+  uint64_t bytes = 0;  // record bytes written by this run
   double seconds = 0;
-  bool up_to_date = false;   // nothing to do
-  bool resumed = false;      // continued an interrupted build
+  bool up_to_date = false;          // nothing to do
+  bool resumed = false;             // continued an interrupted build
   std::vector<std::string> caches;  // directories written
-  std::string first_reject;  // "path: reason"
+  std::string first_reject;         // "path: reason"
 };
 
 // Called from the writer thread; may print.
