@@ -266,7 +266,7 @@ json Trainer::Settings() const {
             {"--freeze", o_.freeze},
             {"--freeze-until", o_.freeze_until},
             {"--lr-head", o_.lr_head},
-            {"--optimizer", o_.optimizer},
+            {"--optimizer", OptimizerName(o_.optimizer)},
             {"--accum-steps", o_.accum_steps},
             {"WORLD_SIZE", dist_ ? dist_->world() : 1}};
   if (batch_ > 0) s["--batch-size"] = batch_;

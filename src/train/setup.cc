@@ -35,14 +35,6 @@ Status Trainer::Setup() {
   if (o_.data.empty()) return Status::InvalidArgument("--data: give the training cache directory");
   if (o_.accum_steps < 1) return Status::InvalidArgument("--accum-steps must be at least 1");
   if (o_.epochs < 1) return Status::InvalidArgument("--epochs must be at least 1");
-  if (o_.optimizer != "sgd" && o_.optimizer != "adamw")
-    return Status::InvalidArgument("--optimizer " + o_.optimizer + ": expected sgd or adamw");
-  if (o_.schedule != "constant" && o_.schedule != "step" && o_.schedule != "cosine" &&
-      o_.schedule != "onecycle")
-    return Status::InvalidArgument("--schedule " + o_.schedule +
-                                   ": expected constant, step, cosine or onecycle");
-  if (o_.lr_scaling != "none" && o_.lr_scaling != "linear" && o_.lr_scaling != "sqrt")
-    return Status::InvalidArgument("--lr-scaling " + o_.lr_scaling + ": expected none, linear or sqrt");
   if (o_.base_batch < 1)
     return Status::InvalidArgument("--base-batch " + std::to_string(o_.base_batch) +
                                    ": must be at least 1 (the batch size --lr was chosen for)");
