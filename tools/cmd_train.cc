@@ -116,7 +116,7 @@ KILN_COMMAND(Command{
                       "fp32 | bf16 | fp16 | auto (default auto: bf16/fp16 on a GPU, fp32 on the CPU)");
       sub->add_option("--device", o.device, "auto | cpu | cuda | cuda:N (default auto)");
       sub->add_option("--workers", o.workers, "loader threads (default 2)");
-      sub->add_option("--threads", o.threads, "LibTorch intra-op threads (default: LibTorch's)");
+      sub->add_option("--threads", o.threads, "LibTorch intra-op threads (default on the CPU: one per usable CPU)");
       sub->add_option("--crop", o.crop, "random crop (val: center crop) to CROP x CROP at load time");
       sub->add_flag("--flip", o.flip, "random horizontal flip at load time");
       sub->add_flag("--channels-last", o.channels_last, "channels-last (NHWC) input layout");
@@ -127,7 +127,8 @@ KILN_COMMAND(Command{
       sub->add_option("--resume", o.resume, "continue from a checkpoint directory");
       sub->add_option("--export", o.export_path, "write the trained model as TorchScript FILE.pt");
       return [a] { return RunTrain(*a); };
-    }});
+    },
+    "", TorchEnvironment()});
 
 }  // namespace
 }  // namespace kiln::tools

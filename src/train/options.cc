@@ -1,5 +1,10 @@
 // The trainer's named choices (trainer.h): names and parsing, no LibTorch.
+#include <sched.h>
+
+#include <algorithm>
+#include <cstdlib>
 #include <string>
+#include <thread>
 
 #include "kiln/train/trainer.h"
 
@@ -82,6 +87,17 @@ Status ParsePrecisionChoice(const std::string& name, PrecisionChoice* out) {
   static constexpr PrecisionChoice kAll[] = {PrecisionChoice::kFp32, PrecisionChoice::kBf16,
                                              PrecisionChoice::kFp16, PrecisionChoice::kAuto};
   return ParseChoice("--precision", name, kAll, PrecisionChoiceName, out);
+}
+
+int DefaultCpuThreads() {
+  int cpus = 0;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) cpus = CPU_COUNT(&set);
+  if (cpus <= 0) cpus = static_cast<int>(std::thread::hardware_concurrency());
+  int ranks = 1;
+  if (const char* local = std::getenv("LOCAL_WORLD_SIZE")) ranks = std::max(1, std::atoi(local));
+  return std::max(1, cpus / ranks);
 }
 
 }  // namespace kiln::train

@@ -38,8 +38,6 @@ Status Trainer::Setup() {
   if (o_.base_batch < 1)
     return Status::InvalidArgument("--base-batch " + std::to_string(o_.base_batch) +
                                    ": must be at least 1 (the batch size --lr was chosen for)");
-  if (o_.threads > 0) torch::set_num_threads(o_.threads);
-
   // Launched like torchrun: one process per rank, rank 0 logs and saves.
   std::string joined;
   KILN_RETURN_IF_ERROR(JoinFromEnvironment(&dist_, &joined));
@@ -64,6 +62,16 @@ Status Trainer::Setup() {
       return Status::InvalidArgument("--device " + o_.device +
                                      ": this LibTorch or machine has no CUDA (use --device cpu)");
   }
+  // Threads: --threads, else on the CPU kiln's choice (DefaultCpuThreads).
+  const bool choose_threads = o_.threads <= 0 && device_.is_cpu();
+  if (o_.threads > 0 || choose_threads)
+    torch::set_num_threads(o_.threads > 0 ? o_.threads : DefaultCpuThreads());
+  out_ << "cpu    threads " << torch::get_num_threads() << " intra-op ("
+       << (o_.threads > 0 ? "--threads" : choose_threads ? "one per usable CPU" : "LibTorch's default")
+       << "), " << torch::get_num_interop_threads() << " inter-op; " << o_.workers
+       << " loader workers; OpenMP waits: OMP_WAIT_POLICY="
+       << (std::getenv("OMP_WAIT_POLICY") ? std::getenv("OMP_WAIT_POLICY") : "unset (spinning)")
+       << "\n";
   KILN_RETURN_IF_ERROR(ResolvePrecision(o_.precision, device_, &precision_));
   scaler_ = LossScaler(LossScalerOptions{precision_ == Precision::kFp16});
 

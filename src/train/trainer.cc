@@ -161,6 +161,7 @@ Status Trainer::Run(TrainResult* result) {
   KILN_RETURN_IF_ERROR(MakeOptimizer());
   KILN_RETURN_IF_ERROR(RestoreOptimizer());
   result->batch_size = batch_;
+  result->intra_op_threads = torch::get_num_threads();
   result->optimized = optimized_;
 
   std::unique_ptr<TensorLoader> loader;

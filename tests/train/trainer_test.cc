@@ -9,6 +9,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -962,4 +963,42 @@ TEST_CASE("named choices parse once, and a bad one names the option, the value a
   s = ParsePrecisionChoice("fp8", &p);
   CHECK(s.ToString().find("--precision fp8: expected fp32, bf16, fp16 or auto") != std::string::npos);
   CHECK(p == PrecisionChoice::kBf16);  // untouched by a failed parse
+}
+
+TEST_CASE("on the CPU kiln train gives LibTorch one thread per usable CPU; --threads overrides it",
+          "[train]") {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  REQUIRE(sched_getaffinity(0, sizeof(set), &set) == 0);
+  const int cpus = CPU_COUNT(&set);
+  REQUIRE(unsetenv("LOCAL_WORLD_SIZE") == 0);
+  CHECK(DefaultCpuThreads() == cpus);
+  REQUIRE(setenv("LOCAL_WORLD_SIZE", "2", 1) == 0);  // two ranks on this host share the CPUs
+  CHECK(DefaultCpuThreads() == std::max(1, cpus / 2));
+  REQUIRE(unsetenv("LOCAL_WORLD_SIZE") == 0);
+
+  TempDir dir;
+  std::ostringstream log;
+  TrainOptions o = SyntheticMlp(dir, &log);
+  torch::set_num_threads(cpus + 1);  // another count first, so that Train must set it
+  TrainResult r;
+  Status s = Train(o, &r);
+  INFO(log.str());
+  REQUIRE(s.ok());
+  CHECK(at::get_num_threads() == cpus);
+  CHECK(r.intra_op_threads == cpus);
+  CHECK(log.str().find("threads " + std::to_string(cpus) + " intra-op (one per usable CPU)") !=
+        std::string::npos);
+
+  std::ostringstream log2;
+  o.log = &log2;
+  o.threads = cpus + 2;
+  s = Train(o, &r);
+  INFO(log2.str());
+  REQUIRE(s.ok());
+  CHECK(at::get_num_threads() == cpus + 2);
+  CHECK(r.intra_op_threads == cpus + 2);
+  CHECK(log2.str().find("threads " + std::to_string(cpus + 2) + " intra-op (--threads)") !=
+        std::string::npos);
+  torch::set_num_threads(cpus);  // the other tests run with kiln's choice
 }

@@ -81,7 +81,8 @@ struct TrainOptions {
   PrecisionChoice precision = PrecisionChoice::kAuto;
   std::string device = "auto";      // auto | cpu | cuda | cuda:N
   uint64_t seed = 0;
-  int threads = 0;                  // intra-op threads; 0 = LibTorch's default
+  int threads = 0;                  // LibTorch intra-op threads; 0 = on the CPU, kiln's choice
+                                    // (DefaultCpuThreads), on a GPU LibTorch's default
 
   // Output.
   int64_t log_every = 50;           // steps between loss/accuracy reads (the only host syncs)
@@ -110,7 +111,18 @@ struct TrainResult {
   std::vector<std::string> optimized;  // names of the parameters in the optimizer
   bool interrupted = false;        // stopped by SIGINT after saving a checkpoint
   std::string checkpoint;          // the last checkpoint written, "" if none
+  int intra_op_threads = 0;        // LibTorch's intra-op threads while training
 };
+
+// The intra-op threads kiln train gives LibTorch on the CPU without
+// --threads: the CPUs this process may run on (its affinity mask), shared
+// among the ranks on this host (LOCAL_WORLD_SIZE, as torchrun sets it), at
+// least 1. LibTorch's own default counts physical cores as its cpuinfo
+// sees them, and took 1 on the 2-core machines here (Python's torch too),
+// leaving a core to the loader, whose work on a float16 cache is a copy.
+// Fixed for a machine, so runs (and a resumed run) use the same reduction
+// order.
+int DefaultCpuThreads();
 
 // Trains as `options` says. Errors name the cache, file or option at fault.
 Status Train(const TrainOptions& options, TrainResult* result);
