@@ -965,7 +965,7 @@ TEST_CASE("named choices parse once, and a bad one names the option, the value a
   CHECK(p == PrecisionChoice::kBf16);  // untouched by a failed parse
 }
 
-TEST_CASE("on the CPU kiln train gives LibTorch one thread per usable CPU; --threads overrides it",
+TEST_CASE("on the CPU kiln train gives LibTorch one thread per usable CPU, and --threads overrides it",
           "[train]") {
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -1001,4 +1001,36 @@ TEST_CASE("on the CPU kiln train gives LibTorch one thread per usable CPU; --thr
   CHECK(log2.str().find("threads " + std::to_string(cpus + 2) + " intra-op (--threads)") !=
         std::string::npos);
   torch::set_num_threads(cpus);  // the other tests run with kiln's choice
+}
+
+TEST_CASE("a TorchScript model with dropout trains the same twice with the same --seed", "[train]") {
+  TempDir dir;
+  std::ostringstream log;
+  TrainOptions o = SyntheticMlp(dir, &log);
+  // An mlp whose forward drops half of its inputs while training.
+  auto cu = std::make_shared<torch::jit::CompilationUnit>();
+  torch::jit::Module m("__torch__.DropNet", cu, true);
+  m.register_attribute("training", c10::BoolType::get(), true);
+  torch::manual_seed(3);
+  m.register_parameter("weight", (torch::randn({4, 64}) * 0.1).requires_grad_(), false);
+  m.register_parameter("bias", torch::zeros({4}).requires_grad_(), false);
+  m.define(R"(
+def forward(self, x):
+    x = torch.dropout(torch.flatten(x, 1), 0.5, self.training)
+    return torch.linear(x, self.weight, self.bias)
+)");
+  m.save(dir / "drop.pt");
+  o.model = dir / "drop.pt";
+  o.epochs = 2;
+  auto run = [&](uint64_t seed) {
+    o.seed = seed;
+    TrainResult r;
+    Status s = Train(o, &r);
+    INFO(log.str());
+    REQUIRE(s.ok());
+    return r.epochs.back().train_loss;
+  };
+  const double a = run(0), b = run(0), c = run(1);
+  CHECK(a == b);  // bit for bit
+  CHECK(a != c);  // the seed does decide the dropout masks (and the order)
 }
