@@ -27,10 +27,7 @@ for a in "$@"; do
   esac
 done
 [ -x "$kiln" ] || { echo "no kiln binary at $kiln (cmake --build build)" >&2; exit 2; }
-idx=/usr/share/datasets/fashion-mnist
-for f in train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz t10k-images-idx3-ubyte.gz t10k-labels-idx1-ubyte.gz; do
-  [ -f "$idx/$f" ] || { echo "missing $idx/$f (apt-get install dataset-fashion-mnist)" >&2; exit 2; }
-done
+fashion_data
 mkdir -p "$tmp"
 
 # Hyperparameters. Tried on the 2-core machine, 5 epochs, test top-1 after epoch 5 (in every run
@@ -43,57 +40,6 @@ mkdir -p "$tmp"
 hp=(--optimizer adamw --lr 0.003 --weight-decay 0.05 --schedule cosine --batch-size 128)
 [ $# -eq 0 ] || hp=("$@")
 
-# --- IDX -> ImageFolder PNGs (class folders prefixed with the label, so sorted order = label order) ---
-png=$tmp/fashion-png
-count() { find "$1" -name '*.png' 2>/dev/null | wc -l; }
-if [ "$(count "$png/train")" != 60000 ] || [ "$(count "$png/test")" != 10000 ]; then
-  echo "# converting Fashion-MNIST IDX to PNGs in $png ..." >&2
-  rm -rf "$png" "$png.tmp"
-  "$py" - "$idx" "$png.tmp" <<'EOF'
-import gzip, os, sys
-import numpy as np
-from PIL import Image
-src, out = sys.argv[1:]
-# Same names as tools/make_sample_data.py: the label prefix makes ImageFolder's sorted class
-# order equal the Fashion-MNIST label order 0..9.
-names = ["0_tshirt_top", "1_trouser", "2_pullover", "3_dress", "4_coat",
-         "5_sandal", "6_shirt", "7_sneaker", "8_bag", "9_ankle_boot"]
-assert sorted(names) == names
-def read_idx(path):
-    with gzip.open(path, "rb") as f:
-        d = f.read()
-    assert d[0] == 0 and d[1] == 0 and d[2] == 0x08, path
-    ndim = d[3]
-    dims = tuple(int(x) for x in np.frombuffer(d, ">u4", ndim, 4))
-    assert len(d) == 4 + 4 * ndim + int(np.prod(dims)), path
-    return np.frombuffer(d, np.uint8, offset=4 + 4 * ndim).reshape(dims)
-for split, prefix, n in (("train", "train", 60000), ("test", "t10k", 10000)):
-    x = read_idx(os.path.join(src, f"{prefix}-images-idx3-ubyte.gz"))
-    y = read_idx(os.path.join(src, f"{prefix}-labels-idx1-ubyte.gz"))
-    assert x.shape == (n, 28, 28) and y.shape == (n,) and y.max() == 9, (x.shape, y.shape)
-    for c in names:
-        os.makedirs(os.path.join(out, split, c), exist_ok=True)
-    for i in range(n):
-        Image.fromarray(x[i], mode="L").save(
-            os.path.join(out, split, names[y[i]], f"{i:05d}.png"), compress_level=1)
-    print(f"{split}: {n} images, per class {np.bincount(y, minlength=10).tolist()}", file=sys.stderr)
-EOF
-  mv "$png.tmp" "$png"
-fi
-
-# --- caches (kiln build says "up to date" and does nothing when sources and options match;
-#     --force rebuilds one left by other options or older PNGs) ---
-cache=$tmp/fashion-cache
-mkdir -p "$cache"
-for split in train test; do
-  echo "# kiln build $png/$split $cache/$split ..." >&2
-  t0=$(date +%s.%N)
-  "$kiln" build "$png/$split" "$cache/$split" --channels 1 --dtype float16 --mean 0.2860 --std 0.3530 \
-      --threads 2 --progress none --force >"$tmp/fashion-build-$split.log" 2>&1 \
-    || { echo "kiln build failed, log: $tmp/fashion-build-$split.log" >&2; tail -5 "$tmp/fashion-build-$split.log" >&2; exit 2; }
-  t1=$(date +%s.%N)
-  echo "#   $(tail -1 "$tmp/fashion-build-$split.log") ($("$py" -c "print('%.1f' % ($t1 - $t0))") s)" >&2
-done
 "$kiln" inspect "$cache/train" >"$tmp/fashion-inspect-train.log" 2>&1 || true
 
 # --- train ---

@@ -7,7 +7,7 @@ namespace kiln::tools {
 namespace {
 
 KILN_COMMAND(Command{"train", "Train a model on a cache (LibTorch; CPU or CUDA; runs kiln-train)", 50,
-                     nullptr, "kiln-train"});
+                     nullptr, "kiln-train", TorchEnvironment()});
 
 }  // namespace
 }  // namespace kiln::tools

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "command.h"
+#include "kiln/units.h"
 #include "kiln/train/trainer.h"
 
 namespace kiln::tools {
@@ -15,27 +16,9 @@ struct TrainArgs {
   std::string batch = "128";
   std::string freeze;
   std::string memory_budget;
+  // Named choices, parsed into o's enums by RunTrain.
+  std::string optimizer = "sgd", schedule = "cosine", lr_scaling = "none", precision = "auto";
 };
-
-// "auto" | N; "512MB", "4GB", "1.5GiB" or bytes.
-Status ParseBytes(const std::string& text, int64_t* out) {
-  double v = 0;
-  std::string unit;
-  std::istringstream in(text);
-  if (!(in >> v) || v < 0) return Status::InvalidArgument("--memory-budget " + text + ": not a size");
-  in >> unit;
-  double mult = 1;
-  if (unit == "" || unit == "B") mult = 1;
-  else if (unit == "KB") mult = 1e3;
-  else if (unit == "MB") mult = 1e6;
-  else if (unit == "GB") mult = 1e9;
-  else if (unit == "KiB") mult = 1024.0;
-  else if (unit == "MiB") mult = 1024.0 * 1024;
-  else if (unit == "GiB") mult = 1024.0 * 1024 * 1024;
-  else return Status::InvalidArgument("--memory-budget " + text + ": unit must be B, KB, MB, GB, KiB, MiB or GiB");
-  *out = static_cast<int64_t>(v * mult);
-  return Status::OK();
-}
 
 int RunTrain(TrainArgs& a) {
   if (a.batch == "auto") {
@@ -50,9 +33,16 @@ int RunTrain(TrainArgs& a) {
                                                           ": expected a positive number or auto"));
     }
   }
-  if (!a.memory_budget.empty()) {
-    Status s = ParseBytes(a.memory_budget, &a.o.memory_budget);
+  for (Status s : {train::ParseOptimizer(a.optimizer, &a.o.optimizer),
+                   train::ParseLrSchedule(a.schedule, &a.o.schedule),
+                   train::ParseLrScaling(a.lr_scaling, &a.o.lr_scaling),
+                   train::ParsePrecisionChoice(a.precision, &a.o.precision)})
     if (!s.ok()) return ReportError("train", s);
+  if (!a.memory_budget.empty()) {
+    uint64_t bytes = 0;
+    Status s = ParseByteSize(a.memory_budget, "--memory-budget", &bytes);
+    if (!s.ok()) return ReportError("train", s);
+    a.o.memory_budget = static_cast<int64_t>(bytes);
   }
   std::stringstream list(a.freeze);
   for (std::string item; std::getline(list, item, ',');)
@@ -91,25 +81,25 @@ KILN_COMMAND(Command{
                       "limit for --batch-size auto, e.g. 4GB (default 50% of RAM on the CPU)");
       sub->add_option("--max-batch", o.max_batch, "largest batch --batch-size auto tries (default 4096)");
       sub->add_option("--accum-steps", o.accum_steps, "micro-batches per optimizer step (default 1)");
-      sub->add_option("--lr-scaling", o.lr_scaling,
+      sub->add_option("--lr-scaling", a->lr_scaling,
                       "none | linear | sqrt: scale --lr by effective batch / --base-batch");
       sub->add_option("--base-batch", o.base_batch, "the batch size --lr is meant for (default 256)");
-      sub->add_option("--optimizer", o.optimizer, "sgd | adamw (default sgd)");
+      sub->add_option("--optimizer", a->optimizer, "sgd | adamw (default sgd)");
       sub->add_option("--lr", o.lr, "learning rate (default 0.05)");
       sub->add_option("--lr-head", o.lr_head, "learning rate of the final layer (default --lr)");
       sub->add_option("--momentum", o.momentum, "SGD momentum (default 0.9)");
       sub->add_flag("--nesterov", o.nesterov, "Nesterov momentum");
       sub->add_option("--weight-decay", o.weight_decay, "weight decay (default 5e-4)");
-      sub->add_option("--schedule", o.schedule, "constant | step | cosine | onecycle (default cosine)");
+      sub->add_option("--schedule", a->schedule, "constant | step | cosine | onecycle (default cosine)");
       sub->add_option("--warmup-epochs", o.warmup_epochs, "linear warm-up, in epochs (may be fractional)");
       sub->add_option("--step-epochs", o.step_epochs, "step schedule: epochs between decays (default 30)");
       sub->add_option("--gamma", o.gamma, "step schedule: decay factor (default 0.1)");
       sub->add_option("--label-smoothing", o.label_smoothing, "label smoothing (default 0)");
-      sub->add_option("--precision", o.precision,
+      sub->add_option("--precision", a->precision,
                       "fp32 | bf16 | fp16 | auto (default auto: bf16/fp16 on a GPU, fp32 on the CPU)");
       sub->add_option("--device", o.device, "auto | cpu | cuda | cuda:N (default auto)");
       sub->add_option("--workers", o.workers, "loader threads (default 2)");
-      sub->add_option("--threads", o.threads, "LibTorch intra-op threads (default: LibTorch's)");
+      sub->add_option("--threads", o.threads, "LibTorch intra-op threads (default on the CPU: one per usable CPU)");
       sub->add_option("--crop", o.crop, "random crop (val: center crop) to CROP x CROP at load time");
       sub->add_flag("--flip", o.flip, "random horizontal flip at load time");
       sub->add_flag("--channels-last", o.channels_last, "channels-last (NHWC) input layout");
@@ -120,7 +110,8 @@ KILN_COMMAND(Command{
       sub->add_option("--resume", o.resume, "continue from a checkpoint directory");
       sub->add_option("--export", o.export_path, "write the trained model as TorchScript FILE.pt");
       return [a] { return RunTrain(*a); };
-    }});
+    },
+    "", TorchEnvironment()});
 
 }  // namespace
 }  // namespace kiln::tools

@@ -33,7 +33,25 @@ struct Command {
   // example kiln-train, the only one that loads LibTorch): `kiln NAME ...`
   // executes it with the same arguments, and setup is unused.
   std::string external;
+  // Environment variables the command sets when they are unset, before the
+  // libraries that read them at load time are loaded: main sets them and,
+  // for a command of this executable, executes itself again once.
+  std::vector<std::pair<std::string, std::string>> environment;
 };
+
+// The environment of the commands that run LibTorch: its OpenMP threads
+// wait for work by sleeping, not by spinning. libgomp reads this when it
+// loads, before main. With the default (spinning) wait, two intra-op
+// threads on a 2-core machine that other processes also use trained the
+// benchmark CNN 2.5x slower than one thread (each spun through its time
+// slice at every barrier while the other waited to be scheduled); with
+// passive waits two threads were no slower than one there, and faster on
+// an idle machine.
+inline const std::vector<std::pair<std::string, std::string>>& TorchEnvironment() {
+  static const std::vector<std::pair<std::string, std::string>> env = {
+      {"OMP_WAIT_POLICY", "PASSIVE"}};
+  return env;
+}
 
 bool RegisterCommand(Command command);
 

@@ -1,4 +1,9 @@
 // kiln: build, verify and inspect tensor caches of image datasets.
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <iostream>
 #include <string>
@@ -8,10 +13,25 @@
 
 int main(int argc, char** argv) {
   using namespace kiln::tools;
-  if (argc > 1)
-    for (const Command& c : RegisteredCommands())
-      if (!c.external.empty() && c.name == argv[1])
+  if (argc > 1) {
+    for (const Command& c : RegisteredCommands()) {
+      if (c.name != argv[1]) continue;
+      bool set = false;
+      for (const auto& [name, value] : c.environment) {
+        if (std::getenv(name.c_str()) != nullptr) continue;  // the user's setting wins
+        ::setenv(name.c_str(), value.c_str(), 1);
+        set = true;
+      }
+      if (!c.external.empty())
         return ExecBeside(c.external, std::vector<std::string>(argv, argv + argc));
+      if (set) {  // this executable's libraries read them at load: start again with them
+        ::execv("/proc/self/exe", argv);
+        std::cerr << "kiln: cannot execute /proc/self/exe again: " << std::strerror(errno)
+                  << "; set " << c.environment.front().first << " yourself to go on\n";
+        return kExitUsage;
+      }
+    }
+  }
   CLI::App app{"kiln: decode an image dataset once into a verified tensor cache, and train from it"};
   app.set_version_flag("--version", std::string("kiln ") + kiln::KilnVersion());
   app.require_subcommand(1);

@@ -23,18 +23,18 @@ const char* PrecisionName(Precision p) {
   return "?";
 }
 
-Status ResolvePrecision(const std::string& name, const torch::Device& device, Precision* out) {
-  if (name == "fp32") {
+Status ResolvePrecision(PrecisionChoice choice, const torch::Device& device, Precision* out) {
+  if (choice == PrecisionChoice::kFp32) {
     *out = Precision::kFp32;
-  } else if (name == "bf16") {
+  } else if (choice == PrecisionChoice::kBf16) {
     *out = Precision::kBf16;
-  } else if (name == "fp16") {
+  } else if (choice == PrecisionChoice::kFp16) {
     *out = Precision::kFp16;
     if (device.is_cpu() && !KILN_AUTOCAST_BY_DEVICE_TYPE)
       return Status::NotSupported(
           "--precision fp16 on the CPU needs LibTorch >= 2.4 (this one is " TORCH_VERSION
           "); use --precision bf16 or fp32");
-  } else if (name == "auto") {
+  } else {  // kAuto
     *out = Precision::kFp32;
     if (device.is_cuda()) {
       *out = Precision::kFp16;
@@ -45,8 +45,6 @@ Status ResolvePrecision(const std::string& name, const torch::Device& device, Pr
       } catch (const c10::Error&) {
       }
     }
-  } else {
-    return Status::InvalidArgument("--precision " + name + ": expected fp32, bf16, fp16 or auto");
   }
   return Status::OK();
 }

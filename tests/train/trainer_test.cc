@@ -9,6 +9,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -56,7 +57,7 @@ TrainOptions Quiet(const std::string& data, std::ostringstream* log) {
   o.epochs = 1;
   o.log_every = 0;
   o.workers = 2;
-  o.precision = "fp32";
+  o.precision = PrecisionChoice::kFp32;
   o.device = "cpu";
   o.log = log;
   return o;
@@ -168,7 +169,7 @@ TEST_CASE("bf16 autocast on the CPU gives bf16 activations and trains", "[train]
   if (!BuildSampleCaches(dir)) return;
   std::ostringstream log;
   TrainOptions o = Quiet(dir / "train", &log);
-  o.precision = "bf16";
+  o.precision = PrecisionChoice::kBf16;
   o.epochs = 3;
   TrainResult r;
   Status s = Train(o, &r);
@@ -233,7 +234,7 @@ TEST_CASE("K micro-batches of B give the update of one batch of K*B", "[train]")
     o.accum_steps = accum;
     o.max_steps = 2;
     o.lr = 0.1;
-    o.schedule = "constant";
+    o.schedule = LrSchedule::kConstant;
     o.save = save;
     TrainResult r;
     Status s = Train(o, &r);
@@ -481,25 +482,25 @@ TEST_CASE("start-up checks: damaged caches and mismatched validation caches are 
 
 TEST_CASE("learning-rate schedules", "[train]") {
   TrainOptions o;
-  o.schedule = "cosine";
+  o.schedule = LrSchedule::kCosine;
   o.warmup_epochs = 1;
   CHECK(ScheduledLr(o, 1.0, 0, 10, 100) == Approx(0.1));
   CHECK(ScheduledLr(o, 1.0, 9, 10, 100) == Approx(1.0));
   CHECK(ScheduledLr(o, 1.0, 10, 10, 100) == Approx(1.0));
   CHECK(ScheduledLr(o, 1.0, 55, 10, 100) == Approx(0.5));
   CHECK(ScheduledLr(o, 1.0, 100, 10, 100) == Approx(0.0).margin(1e-12));
-  o.schedule = "step";
+  o.schedule = LrSchedule::kStep;
   o.warmup_epochs = 0;
   o.step_epochs = 2;
   o.gamma = 0.1;
   CHECK(ScheduledLr(o, 1.0, 19, 10, 100) == Approx(1.0));
   CHECK(ScheduledLr(o, 1.0, 20, 10, 100) == Approx(0.1));
   CHECK(ScheduledLr(o, 1.0, 45, 10, 100) == Approx(0.01));
-  o.schedule = "onecycle";
+  o.schedule = LrSchedule::kOneCycle;
   CHECK(ScheduledLr(o, 1.0, 0, 10, 100) == Approx(0.04));
   CHECK(ScheduledLr(o, 1.0, 30, 10, 100) == Approx(1.0));
   CHECK(ScheduledLr(o, 1.0, 100, 10, 100) == Approx(0.04 / 1e4));
-  o.schedule = "constant";
+  o.schedule = LrSchedule::kConstant;
   CHECK(ScheduledLr(o, 0.3, 77, 10, 100) == Approx(0.3));
 }
 
@@ -574,10 +575,10 @@ void TrainSynthetic(const std::string& device, const std::string& precision) {
   TrainOptions o = Quiet(dir / "data", &log);
   o.model = "mlp";
   o.device = device;
-  o.precision = precision;
+  REQUIRE(ParsePrecisionChoice(precision, &o.precision).ok());
   o.epochs = 25;
   o.batch_size = 16;
-  o.schedule = "constant";
+  o.schedule = LrSchedule::kConstant;
   TrainResult r;
   Status s = Train(o, &r);
   INFO(log.str());
@@ -608,7 +609,7 @@ TEST_CASE("kiln train on the GPU: model and batches on cuda, mixed precision, th
   REQUIRE(torch::cuda::is_available());
   TrainSynthetic("cuda:0", "auto");
   Precision p;
-  REQUIRE(ResolvePrecision("auto", torch::Device(torch::kCUDA, 0), &p).ok());
+  REQUIRE(ResolvePrecision(PrecisionChoice::kAuto, torch::Device(torch::kCUDA, 0), &p).ok());
   CHECK(p != Precision::kFp32);
   // fp16 with the loss scaler, on the GPU.
   TrainSynthetic("cuda:0", "fp16");
@@ -669,7 +670,7 @@ TEST_CASE("two ranks (Gloo, launched like torchrun) make the update of one proce
   TrainOptions o = Quiet(dir / "train", &log);
   o.model = "mlp";
   o.max_steps = 4;
-  o.schedule = "constant";
+  o.schedule = LrSchedule::kConstant;
   o.lr = 0.1;
   o.batch_size = 32;
   o.export_path = dir / "single.pt";
@@ -822,7 +823,7 @@ TEST_CASE("resume refuses options that would not continue the checkpoint's train
       {[](TrainOptions& o) { o.freeze = {"fc2"}; }, "--freeze fc1", "--freeze fc2"},
       {[](TrainOptions& o) { o.freeze_until = "fc2"; }, "no --freeze-until", "--freeze-until fc2"},
       {[](TrainOptions& o) { o.lr_head = 0.01; }, "no --lr-head", "--lr-head 0.01"},
-      {[](TrainOptions& o) { o.optimizer = "adamw"; }, "--optimizer sgd", "--optimizer adamw"},
+      {[](TrainOptions& o) { o.optimizer = OptimizerKind::kAdamW; }, "--optimizer sgd", "--optimizer adamw"},
       {[](TrainOptions& o) { o.seed = 6; }, "--seed 5", "--seed 6"},
       {[](TrainOptions& o) { o.flip = true; }, "no --flip", "--flip"},
       {[](TrainOptions& o) { o.crop = 6; }, "--crop 0", "--crop 6"},
@@ -923,11 +924,113 @@ TEST_CASE("lr scaling with --base-batch 0 is refused", "[train]") {
   TempDir dir;
   std::ostringstream log;
   TrainOptions o = SyntheticMlp(dir, &log);
-  o.lr_scaling = "linear";
+  o.lr_scaling = LrScaling::kLinear;
   o.base_batch = 0;
   TrainResult r;
   Status s = Train(o, &r);
   CHECK(s.IsInvalidArgument());
   CHECK_THAT(s.message(), Catch::Contains("--base-batch 0"));
   CHECK(r.steps == 0);
+}
+
+TEST_CASE("named choices parse once, and a bad one names the option, the value and the choices",
+          "[train]") {
+  OptimizerKind opt = OptimizerKind::kSgd;
+  REQUIRE(ParseOptimizer("adamw", &opt).ok());
+  CHECK(opt == OptimizerKind::kAdamW);
+  LrSchedule sched = LrSchedule::kCosine;
+  REQUIRE(ParseLrSchedule("onecycle", &sched).ok());
+  CHECK(sched == LrSchedule::kOneCycle);
+  LrScaling scaling = LrScaling::kNone;
+  REQUIRE(ParseLrScaling("sqrt", &scaling).ok());
+  CHECK(scaling == LrScaling::kSqrt);
+  PrecisionChoice p = PrecisionChoice::kAuto;
+  REQUIRE(ParsePrecisionChoice("bf16", &p).ok());
+  CHECK(p == PrecisionChoice::kBf16);
+  // Every name parses back to its value.
+  for (auto v : {LrSchedule::kConstant, LrSchedule::kStep, LrSchedule::kCosine, LrSchedule::kOneCycle}) {
+    REQUIRE(ParseLrSchedule(LrScheduleName(v), &sched).ok());
+    CHECK(sched == v);
+  }
+  Status s = ParseOptimizer("adam", &opt);
+  CHECK(s.IsInvalidArgument());
+  CHECK(s.ToString().find("--optimizer adam: expected sgd or adamw") != std::string::npos);
+  s = ParseLrSchedule("linear", &sched);
+  CHECK(s.ToString().find("--schedule linear: expected constant, step, cosine or onecycle") !=
+        std::string::npos);
+  s = ParseLrScaling("log", &scaling);
+  CHECK(s.ToString().find("--lr-scaling log: expected none, linear or sqrt") != std::string::npos);
+  s = ParsePrecisionChoice("fp8", &p);
+  CHECK(s.ToString().find("--precision fp8: expected fp32, bf16, fp16 or auto") != std::string::npos);
+  CHECK(p == PrecisionChoice::kBf16);  // untouched by a failed parse
+}
+
+TEST_CASE("on the CPU kiln train gives LibTorch one thread per usable CPU, and --threads overrides it",
+          "[train]") {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  REQUIRE(sched_getaffinity(0, sizeof(set), &set) == 0);
+  const int cpus = CPU_COUNT(&set);
+  REQUIRE(unsetenv("LOCAL_WORLD_SIZE") == 0);
+  CHECK(DefaultCpuThreads() == cpus);
+  REQUIRE(setenv("LOCAL_WORLD_SIZE", "2", 1) == 0);  // two ranks on this host share the CPUs
+  CHECK(DefaultCpuThreads() == std::max(1, cpus / 2));
+  REQUIRE(unsetenv("LOCAL_WORLD_SIZE") == 0);
+
+  TempDir dir;
+  std::ostringstream log;
+  TrainOptions o = SyntheticMlp(dir, &log);
+  torch::set_num_threads(cpus + 1);  // another count first, so that Train must set it
+  TrainResult r;
+  Status s = Train(o, &r);
+  INFO(log.str());
+  REQUIRE(s.ok());
+  CHECK(at::get_num_threads() == cpus);
+  CHECK(r.intra_op_threads == cpus);
+  CHECK(log.str().find("threads " + std::to_string(cpus) + " intra-op (one per usable CPU)") !=
+        std::string::npos);
+
+  std::ostringstream log2;
+  o.log = &log2;
+  o.threads = cpus + 2;
+  s = Train(o, &r);
+  INFO(log2.str());
+  REQUIRE(s.ok());
+  CHECK(at::get_num_threads() == cpus + 2);
+  CHECK(r.intra_op_threads == cpus + 2);
+  CHECK(log2.str().find("threads " + std::to_string(cpus + 2) + " intra-op (--threads)") !=
+        std::string::npos);
+  torch::set_num_threads(cpus);  // the other tests run with kiln's choice
+}
+
+TEST_CASE("a TorchScript model with dropout trains the same twice with the same --seed", "[train]") {
+  TempDir dir;
+  std::ostringstream log;
+  TrainOptions o = SyntheticMlp(dir, &log);
+  // An mlp whose forward drops half of its inputs while training.
+  auto cu = std::make_shared<torch::jit::CompilationUnit>();
+  torch::jit::Module m("__torch__.DropNet", cu, true);
+  m.register_attribute("training", c10::BoolType::get(), true);
+  torch::manual_seed(3);
+  m.register_parameter("weight", (torch::randn({4, 64}) * 0.1).requires_grad_(), false);
+  m.register_parameter("bias", torch::zeros({4}).requires_grad_(), false);
+  m.define(R"(
+def forward(self, x):
+    x = torch.dropout(torch.flatten(x, 1), 0.5, self.training)
+    return torch.linear(x, self.weight, self.bias)
+)");
+  m.save(dir / "drop.pt");
+  o.model = dir / "drop.pt";
+  o.epochs = 2;
+  auto run = [&](uint64_t seed) {
+    o.seed = seed;
+    TrainResult r;
+    Status s = Train(o, &r);
+    INFO(log.str());
+    REQUIRE(s.ok());
+    return r.epochs.back().train_loss;
+  };
+  const double a = run(0), b = run(0), c = run(1);
+  CHECK(a == b);  // bit for bit
+  CHECK(a != c);  // the seed does decide the dropout masks (and the order)
 }

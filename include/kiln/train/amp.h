@@ -14,16 +14,17 @@
 #include <vector>
 
 #include "kiln/status.h"
+#include "kiln/train/trainer.h"
 
 namespace kiln::train {
 
 enum class Precision { kFp32, kBf16, kFp16 };
 const char* PrecisionName(Precision p);
 
-// "fp32" | "bf16" | "fp16" | "auto" for `device`. auto: fp32 on the CPU,
-// bf16 on a GPU that runs bf16 matrix products, fp16 otherwise.
-// NotSupported for fp16 on the CPU with a LibTorch that lacks it.
-Status ResolvePrecision(const std::string& name, const torch::Device& device, Precision* out);
+// The precision `choice` means on `device`. kAuto: fp32 on the CPU, bf16
+// on a GPU that runs bf16 matrix products, fp16 otherwise. NotSupported for
+// fp16 on the CPU with a LibTorch that lacks it.
+Status ResolvePrecision(PrecisionChoice choice, const torch::Device& device, Precision* out);
 
 // Autocast to `precision` on `device` for the guard's lifetime (a no-op for
 // fp32). Restores the previous state; clears the cast cache when the

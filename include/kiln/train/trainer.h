@@ -19,6 +19,27 @@
 
 namespace kiln::train {
 
+// Choices among names, parsed once at the edge (tools/cmd_train.cc) with
+// the Parse* functions below; the trainer works on the enums. Each Parse*
+// returns InvalidArgument naming the option, the value and the choices
+// ("--optimizer adam: expected sgd or adamw"); each *Name gives the name
+// the option takes.
+enum class OptimizerKind { kSgd, kAdamW };
+enum class LrSchedule { kConstant, kStep, kCosine, kOneCycle };
+enum class LrScaling { kNone, kLinear, kSqrt };
+// kAuto: bf16 on a GPU that runs bf16 matrix products, fp16 on another
+// GPU, fp32 on the CPU (ResolvePrecision in amp.h).
+enum class PrecisionChoice { kAuto, kFp32, kBf16, kFp16 };
+
+const char* OptimizerName(OptimizerKind v);
+const char* LrScheduleName(LrSchedule v);
+const char* LrScalingName(LrScaling v);
+const char* PrecisionChoiceName(PrecisionChoice v);
+Status ParseOptimizer(const std::string& name, OptimizerKind* out);
+Status ParseLrSchedule(const std::string& name, LrSchedule* out);
+Status ParseLrScaling(const std::string& name, LrScaling* out);
+Status ParsePrecisionChoice(const std::string& name, PrecisionChoice* out);
+
 struct TrainOptions {
   // Data.
   std::string data;                 // training cache
@@ -44,23 +65,24 @@ struct TrainOptions {
   int64_t memory_budget = 0;        // bytes, for the automatic batch size; 0 = 90% GPU / 50% RAM
   int64_t max_batch = 4096;         // largest automatic batch size tried
   int accum_steps = 1;              // micro-batches per optimizer step
-  std::string lr_scaling = "none";  // none | linear | sqrt, of the effective batch vs base_batch
+  LrScaling lr_scaling = LrScaling::kNone;  // of the effective batch vs base_batch
   int64_t base_batch = 256;         // the batch size --lr was chosen for
-  std::string optimizer = "sgd";    // sgd | adamw
+  OptimizerKind optimizer = OptimizerKind::kSgd;
   double lr = 0.05;
   double lr_head = -1;              // learning rate of the head; < 0 = lr
   double momentum = 0.9;
   bool nesterov = false;
   double weight_decay = 5e-4;
-  std::string schedule = "cosine";  // constant | step | cosine | onecycle
+  LrSchedule schedule = LrSchedule::kCosine;
   double warmup_epochs = 0;         // linear warm-up from 0 (onecycle: its rising phase)
   int step_epochs = 30;             // step schedule: multiply by gamma every step_epochs
   double gamma = 0.1;
   double label_smoothing = 0;
-  std::string precision = "auto";   // fp32 | bf16 | fp16 | auto
+  PrecisionChoice precision = PrecisionChoice::kAuto;
   std::string device = "auto";      // auto | cpu | cuda | cuda:N
   uint64_t seed = 0;
-  int threads = 0;                  // intra-op threads; 0 = LibTorch's default
+  int threads = 0;                  // LibTorch intra-op threads; 0 = on the CPU, kiln's choice
+                                    // (DefaultCpuThreads), on a GPU LibTorch's default
 
   // Output.
   int64_t log_every = 50;           // steps between loss/accuracy reads (the only host syncs)
@@ -89,7 +111,18 @@ struct TrainResult {
   std::vector<std::string> optimized;  // names of the parameters in the optimizer
   bool interrupted = false;        // stopped by SIGINT after saving a checkpoint
   std::string checkpoint;          // the last checkpoint written, "" if none
+  int intra_op_threads = 0;        // LibTorch's intra-op threads while training
 };
+
+// The intra-op threads kiln train gives LibTorch on the CPU without
+// --threads: the CPUs this process may run on (its affinity mask), shared
+// among the ranks on this host (LOCAL_WORLD_SIZE, as torchrun sets it), at
+// least 1. LibTorch's own default counts physical cores as its cpuinfo
+// sees them, and took 1 on the 2-core machines here (Python's torch too),
+// leaving a core to the loader, whose work on a float16 cache is a copy.
+// Fixed for a machine, so runs (and a resumed run) use the same reduction
+// order.
+int DefaultCpuThreads();
 
 // Trains as `options` says. Errors name the cache, file or option at fault.
 Status Train(const TrainOptions& options, TrainResult* result);

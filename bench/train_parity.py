@@ -1,0 +1,177 @@
+"""The Python side of bench/train_parity.sh: the models, their TorchScript export
+for kiln, and a plain PyTorch training loop to compare kiln train with.
+
+  train_parity.py export MODEL OUT.pt [--seed S]
+      torch.jit.script(MODEL) saved for `kiln train --model OUT.pt`.
+  train_parity.py train MODEL (--png ROOT | --cache TRAIN_CACHE --val-cache VAL_CACHE)
+                  --epochs N [--workers 2] [--seed S]
+      Trains MODEL in eager mode, as a user would, with kiln train's hyper-parameters
+      of the benchmark: batch 128 (whole batches only), SGD momentum 0.9 Nesterov,
+      lr 0.05 one-cycle (torch.optim.lr_scheduler.OneCycleLR: kiln's onecycle),
+      weight decay 5e-4. --png: torchvision ImageFolder + DataLoader over ROOT/train and
+      ROOT/test (PNG decoded every epoch); --cache: tools/kiln_torch.py's KilnDataset
+      over kiln caches (the same data kiln trains on). Prints one JSON line per epoch:
+      {"epoch", "seconds", "samples_per_s", "val_top1"}; seconds count the training
+      loop (data waits included), not the evaluation, as kiln's epoch seconds do.
+
+MODEL: parity_cnn (conv-BN-ReLU x4, two max-pools, Linear 1568->128, dropout 0.25,
+Linear 128->10, for 1x28x28), kiln_cnn (kiln's built-in cnn, layer for layer), or
+resnet18 (torchvision's, with the cache's class count).
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class ParityCNN(nn.Module):
+    def __init__(self, classes=10):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 32, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(32)
+        self.conv2 = nn.Conv2d(32, 32, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(32)
+        self.conv3 = nn.Conv2d(32, 32, 3, padding=1, bias=False)
+        self.bn3 = nn.BatchNorm2d(32)
+        self.conv4 = nn.Conv2d(32, 32, 3, padding=1, bias=False)
+        self.bn4 = nn.BatchNorm2d(32)
+        self.fc1 = nn.Linear(32 * 7 * 7, 128)
+        self.drop = nn.Dropout(0.25)
+        self.fc = nn.Linear(128, classes)
+
+    def forward(self, x):
+        x = F.relu(self.bn1(self.conv1(x)))
+        x = F.max_pool2d(F.relu(self.bn2(self.conv2(x))), 2)
+        x = F.relu(self.bn3(self.conv3(x)))
+        x = F.max_pool2d(F.relu(self.bn4(self.conv4(x))), 2)
+        x = torch.flatten(x, 1)
+        return self.fc(self.drop(F.relu(self.fc1(x))))
+
+
+class KilnCNN(nn.Module):
+    """src/train/model.cc's Cnn: conv-BN-ReLU 32, pool, 64, pool, 128, adaptive 2x2, fc."""
+
+    def __init__(self, channels=1, classes=10):
+        super().__init__()
+        self.conv1 = nn.Conv2d(channels, 32, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(32)
+        self.conv2 = nn.Conv2d(32, 64, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(64)
+        self.conv3 = nn.Conv2d(64, 128, 3, padding=1, bias=False)
+        self.bn3 = nn.BatchNorm2d(128)
+        self.fc = nn.Linear(128 * 4, classes)
+        for m in (self.conv1, self.conv2, self.conv3):  # kiln's (torchvision's) init
+            nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 2)
+        x = F.max_pool2d(F.relu(self.bn2(self.conv2(x))), 2)
+        x = F.relu(self.bn3(self.conv3(x)))
+        x = torch.flatten(F.adaptive_avg_pool2d(x, 2), 1)
+        return self.fc(x)
+
+
+def make_model(name, classes, channels):
+    if name == "parity_cnn":
+        return ParityCNN(classes)
+    if name == "kiln_cnn":
+        return KilnCNN(channels, classes)
+    if name == "resnet18":
+        import torchvision
+        m = torchvision.models.resnet18(num_classes=classes)
+        if channels != 3:
+            m.conv1 = nn.Conv2d(channels, 64, 7, 2, 3, bias=False)
+        return m
+    sys.exit(f"train_parity.py: unknown model {name}")
+
+
+def loaders(a):
+    if a.png:
+        import torchvision
+        import torchvision.transforms as T
+        tf = T.Compose([T.Grayscale(1), T.ToTensor(), T.Normalize((0.2860,), (0.3530,))])
+        train = torchvision.datasets.ImageFolder(os.path.join(a.png, "train"), transform=tf)
+        val = torchvision.datasets.ImageFolder(os.path.join(a.png, "test"), transform=tf)
+        normalize = None
+        classes, channels = len(train.classes), 1
+    else:
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+        from kiln_torch import KilnDataset
+        train, val = KilnDataset(a.cache), KilnDataset(a.val_cache)
+        normalize = train.normalize
+        classes, channels = len(train.classes), train.shape[0]
+    g = torch.Generator()
+    g.manual_seed(a.seed)
+    kw = dict(num_workers=a.workers, persistent_workers=a.workers > 0)
+    tl = torch.utils.data.DataLoader(train, batch_size=128, shuffle=True, drop_last=True,
+                                     generator=g, **kw)
+    vl = torch.utils.data.DataLoader(val, batch_size=256, shuffle=False, **kw)
+    return tl, vl, normalize, classes, channels
+
+
+def train(a):
+    torch.manual_seed(a.seed)
+    tl, vl, normalize, classes, channels = loaders(a)
+    model = make_model(a.model, classes, channels)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, nesterov=True,
+                          weight_decay=5e-4)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.05, total_steps=len(tl) * a.epochs)
+    for epoch in range(a.epochs):
+        model.train()
+        n = 0
+        t0 = time.perf_counter()
+        for x, y in tl:
+            if normalize is not None:
+                x = normalize(x)
+            x = x.float()
+            loss = F.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            sched.step()
+            n += x.size(0)
+        seconds = time.perf_counter() - t0
+        model.eval()
+        correct = total = 0
+        with torch.no_grad():
+            for x, y in vl:
+                if normalize is not None:
+                    x = normalize(x)
+                correct += (model(x.float()).argmax(1) == y).sum().item()
+                total += y.numel()
+        print(json.dumps({"epoch": epoch + 1, "seconds": seconds, "samples_per_s": n / seconds,
+                          "val_top1": correct / total}), flush=True)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    sub = p.add_subparsers(dest="cmd", required=True)
+    e = sub.add_parser("export")
+    e.add_argument("model")
+    e.add_argument("out")
+    e.add_argument("--seed", type=int, default=0)
+    t = sub.add_parser("train")
+    t.add_argument("model")
+    t.add_argument("--png")
+    t.add_argument("--cache")
+    t.add_argument("--val-cache")
+    t.add_argument("--epochs", type=int, default=3)
+    t.add_argument("--workers", type=int, default=2)
+    t.add_argument("--seed", type=int, default=0)
+    a = p.parse_args()
+    if a.cmd == "export":
+        torch.manual_seed(a.seed)
+        torch.jit.script(make_model(a.model, 10, 1)).save(a.out)
+    else:
+        if bool(a.png) == bool(a.cache and a.val_cache):
+            sys.exit("train_parity.py train: give --png ROOT, or --cache and --val-cache")
+        train(a)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,198 @@
+// Start-up of kiln train: option checks, the device, the caches (verified),
+// the model and the loader options.
+#include <cstdlib>
+
+#include "kiln/manifest.h"
+#include "kiln/verify.h"
+#include "trainer_internal.h"
+
+namespace kiln::train::internal {
+namespace {
+
+Status OpenCache(const std::string& dir, bool verify, std::unique_ptr<CacheReader>* out) {
+  if (verify) {
+    VerifyOptions vo;
+    vo.level = VerifyLevel::kQuick;
+    VerifyReport report;
+    KILN_RETURN_IF_ERROR(VerifyCache(dir, vo, &report));
+    if (!report.clean()) {
+      const VerifyProblem& p = report.problems.front();
+      std::string where = p.index >= 0 ? "record " + std::to_string(p.index) : "";
+      if (!p.shard.empty()) where += (where.empty() ? "" : ", ") + p.shard;
+      return Status::Corruption(dir + ": kiln verify --level quick found " +
+                                std::to_string(report.problems.size()) + " problem(s); first: " +
+                                (where.empty() ? "" : where + ": ") + p.what +
+                                ". Run `kiln verify " + dir +
+                                "` for all of them; `kiln build ... --repair` rewrites bad records");
+    }
+  }
+  return CacheReader::Open(dir, ReaderOptions{}, out);
+}
+
+}  // namespace
+
+Status Trainer::Setup() {
+  if (o_.data.empty()) return Status::InvalidArgument("--data: give the training cache directory");
+  if (o_.accum_steps < 1) return Status::InvalidArgument("--accum-steps must be at least 1");
+  if (o_.epochs < 1) return Status::InvalidArgument("--epochs must be at least 1");
+  if (o_.base_batch < 1)
+    return Status::InvalidArgument("--base-batch " + std::to_string(o_.base_batch) +
+                                   ": must be at least 1 (the batch size --lr was chosen for)");
+  // Launched like torchrun: one process per rank, rank 0 logs and saves.
+  std::string joined;
+  KILN_RETURN_IF_ERROR(JoinFromEnvironment(&dist_, &joined));
+  if (dist_) {
+    if (!lead()) out_.rdbuf(&null_buffer_);
+    out_ << "dist   " << joined << ": each rank trains on its share of every epoch\n";
+  }
+  if (!o_.save.empty() && lead()) KILN_RETURN_IF_ERROR(CheckSaveLocation(o_.save));
+
+  // Device: one for model and data (under a launcher, LOCAL_RANK's GPU).
+  const char* local_rank = std::getenv("LOCAL_RANK");
+  const int gpu = dist_ && local_rank ? std::atoi(local_rank) : 0;
+  if (o_.device == "auto") {
+    device_ = torch::cuda::is_available() ? torch::Device(torch::kCUDA, gpu) : torch::Device(torch::kCPU);
+  } else {
+    try {
+      device_ = torch::Device(o_.device);
+    } catch (const c10::Error&) {
+      return Status::InvalidArgument("--device " + o_.device + ": expected auto, cpu, cuda or cuda:N");
+    }
+    if (device_.is_cuda() && !torch::cuda::is_available())
+      return Status::InvalidArgument("--device " + o_.device +
+                                     ": this LibTorch or machine has no CUDA (use --device cpu)");
+  }
+  // Threads: --threads, else on the CPU kiln's choice (DefaultCpuThreads).
+  const bool choose_threads = o_.threads <= 0 && device_.is_cpu();
+  if (o_.threads > 0 || choose_threads)
+    torch::set_num_threads(o_.threads > 0 ? o_.threads : DefaultCpuThreads());
+  out_ << "cpu    threads " << torch::get_num_threads() << " intra-op ("
+       << (o_.threads > 0 ? "--threads" : choose_threads ? "one per usable CPU" : "LibTorch's default")
+       << "), " << torch::get_num_interop_threads() << " inter-op; " << o_.workers
+       << " loader workers; OpenMP waits: OMP_WAIT_POLICY="
+       << (std::getenv("OMP_WAIT_POLICY") ? std::getenv("OMP_WAIT_POLICY") : "unset (spinning)")
+       << "\n";
+  KILN_RETURN_IF_ERROR(ResolvePrecision(o_.precision, device_, &precision_));
+  scaler_ = LossScaler(LossScalerOptions{precision_ == Precision::kFp16});
+
+  // Caches: verified, and the validation cache preprocessed like the training one.
+  KILN_RETURN_IF_ERROR(OpenCache(o_.data, o_.verify, &train_));
+  const Manifest& m = train_->manifest();
+  if (m.shape.ndim != 3)
+    return Status::InvalidArgument(o_.data + ": records of shape [C, H, W] are needed to train " +
+                                   "on (this cache's have " + std::to_string(m.shape.ndim) +
+                                   " dimensions)");
+  classes_ = static_cast<int64_t>(m.classes.size());
+  if (classes_ < 2)
+    return Status::InvalidArgument(o_.data + ": the manifest lists " + std::to_string(classes_) +
+                                   " class(es); classification needs at least 2");
+  sample_shape_ = {m.shape.dims[0], m.shape.dims[1], m.shape.dims[2]};
+  if (o_.crop > 0) sample_shape_[1] = sample_shape_[2] = o_.crop;
+  if (!o_.val.empty()) {
+    KILN_RETURN_IF_ERROR(OpenCache(o_.val, o_.verify, &val_));
+    auto diff = PreprocessingDifferences(m, val_->manifest());
+    if (val_->manifest().classes != m.classes)
+      diff.push_back("classes: the two caches list different class names");
+    if (!diff.empty()) {
+      std::string all;
+      for (const auto& d : diff) all += "\n  " + d;
+      if (!o_.allow_mismatch)
+        return Status::InvalidArgument(
+            "the validation cache " + o_.val + " was preprocessed differently from " + o_.data +
+            " (training vs validation):" + all +
+            "\nRebuild one of them with the other's options, or pass --allow-mismatch");
+      out_ << "warning: --allow-mismatch: validation cache differs from the training cache:" << all
+           << "\n";
+    }
+  }
+  if (!o_.metrics.empty() && lead()) {
+    metrics_.open(o_.metrics, o_.resume.empty() ? std::ios::trunc : std::ios::app);
+    if (!metrics_) return Status::IOError(o_.metrics + ": cannot open for writing");
+  }
+  return Status::OK();
+}
+
+Status Trainer::BuildModel() {
+  const bool builtin = o_.model.size() < 3 || o_.model.substr(o_.model.size() - 3) != ".pt";
+  if (builtin) {
+    ModelSpec spec{o_.model, sample_shape_[0], sample_shape_[1], sample_shape_[2], classes_, o_.seed};
+    KILN_RETURN_IF_ERROR(Model::Build(spec, &model_));
+  } else {
+    KILN_RETURN_IF_ERROR(Model::Load(o_.model, &model_));
+    // The file's random layers (dropout) draw from LibTorch's default
+    // generator, which Model::Build seeds for a built-in model: --seed
+    // decides them here too (unseeded, two runs of the same command
+    // differed by a point of top-1 after one epoch).
+    torch::manual_seed(o_.seed);
+  }
+  if (!o_.init.empty()) {
+    InitReport r;
+    KILN_RETURN_IF_ERROR(model_.InitFrom(o_.init, &r));
+    out_ << "init   from " << o_.init << ": " << r.loaded.size() << " tensors loaded, "
+         << r.skipped.size() << " skipped, " << r.fresh.size() << " newly initialized\n";
+    for (const auto& s : r.skipped) out_ << "  skipped " << s << "\n";
+    for (const auto& s : r.fresh) out_ << "  new     " << s << "\n";
+  }
+  if (o_.replace_head) {
+    KILN_RETURN_IF_ERROR(model_.ReplaceHead(classes_, o_.seed));
+    out_ << "head   " << model_.head() << " replaced: " << classes_ << " outputs\n";
+  }
+  if (!o_.freeze.empty() || !o_.freeze_until.empty()) {
+    std::vector<std::string> frozen;
+    KILN_RETURN_IF_ERROR(model_.Freeze(o_.freeze, o_.freeze_until, &frozen));
+    out_ << "freeze " << frozen.size() << " parameter tensors frozen (first "
+         << (frozen.empty() ? "-" : frozen.front()) << ", last "
+         << (frozen.empty() ? "-" : frozen.back()) << ")\n";
+  }
+  model_.To(device_);
+  double macs = 0;
+  int64_t outputs = 0;
+  KILN_RETURN_IF_ERROR(model_.Probe(sample_shape_, &macs, &outputs).WithContext("model " + o_.model));
+  if (outputs != classes_)
+    return Status::InvalidArgument("model " + o_.model + " gives " + std::to_string(outputs) +
+                                   " outputs but " + o_.data + " has " + std::to_string(classes_) +
+                                   " classes; pass --replace-head to give its final layer (" +
+                                   (model_.head().empty() ? "none found" : model_.head()) +
+                                   ") the cache's classes");
+  const int64_t params = model_.CountParameters(false), trainable = model_.CountParameters(true);
+  if (trainable == 0)
+    return Status::InvalidArgument("every parameter is frozen: nothing to train (check --freeze)");
+  out_ << "model  " << o_.model << (builtin ? " (built in)" : " (TorchScript)") << " for "
+       << sample_shape_[0] << "x" << sample_shape_[1] << "x" << sample_shape_[2] << ", "
+       << classes_ << " classes: " << Thousands(params) << " parameters, " << Thousands(trainable)
+       << " trainable, " << Fixed(macs / 1e6, 1) << " M multiply-adds per sample; model on "
+       << model_.device().str() << "\n";
+  for (const auto& [name, p] : model_.Parameters(true)) trainable_.push_back(p);
+  if (dist_) {  // every rank starts from rank 0's weights
+    torch::NoGradGuard no_grad;
+    std::vector<torch::Tensor> all;
+    for (auto& [n, t] : model_.Parameters(false)) all.push_back(t);
+    for (auto& [n, t] : model_.Buffers()) all.push_back(t);
+    dist_->Broadcast(all);
+  }
+  return Status::OK();
+}
+
+// Training: seeded shuffle, whole batches only, random crop/flip.
+// Evaluation: sequential, every sample, center crop.
+TensorLoaderOptions Trainer::LoaderFor(int64_t batch, bool train) const {
+  TensorLoaderOptions lo;
+  lo.loader.batch_size = static_cast<uint64_t>(batch);
+  lo.loader.workers = o_.workers;
+  lo.loader.seed = o_.seed;
+  lo.loader.shuffle = train;
+  lo.loader.drop_last = train;
+  lo.loader.crop = o_.crop;
+  lo.loader.random_crop = train && o_.crop > 0;
+  lo.loader.random_flip = train && o_.flip;
+  if (dist_ && train) {  // DistributedSampler's share; evaluation runs on rank 0 alone
+    lo.loader.rank = dist_->rank();
+    lo.loader.world_size = dist_->world();
+  }
+  lo.slots = o_.workers + 2;
+  lo.device = device_;
+  lo.channels_last = o_.channels_last;
+  return lo;
+}
+
+}  // namespace kiln::train::internal

@@ -1,0 +1,160 @@
+// Internal to kiln::train: the Trainer behind Train(), and what its parts
+// share. trainer.h stays LibTorch-free; this header is not installed.
+//
+// Where the trainer's code is, by responsibility:
+//   trainer.cc     Train(), the epoch loop (Run), one optimizer step (Step)
+//                  and its forward/loss/backward (ForwardBackward), the
+//                  evaluation, the reductions over ranks, Ctrl-C
+//   setup.cc       start-up: option checks, device, caches, the model, the
+//                  loader options
+//   checkpoint.cc  checkpoints: the directory swap, state.json, --resume and
+//                  its settings check
+//   optimizer.cc   optimizers and learning-rate schedules
+//   batch_size.cc  --batch-size auto: the search and its trials
+//   report.cc      number formatting for the log (no LibTorch)
+//
+// Thread-safety: a Trainer is used from one thread.
+#ifndef KILN_SRC_TRAIN_TRAINER_INTERNAL_H_
+#define KILN_SRC_TRAIN_TRAINER_INTERNAL_H_
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdint>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "collective.h"
+#include "kiln/cache_reader.h"
+#include "kiln/train/amp.h"
+#include "kiln/train/model.h"
+#include "kiln/train/tensor_loader.h"
+#include "kiln/train/trainer.h"
+#include "report.h"
+
+namespace kiln::train::internal {
+
+using json = nlohmann::json;
+
+// The epoch a mid-epoch checkpoint stopped in, up to that point, over all
+// ranks: a resumed run adds to these, so the epoch's loss and accuracy are
+// those of the uninterrupted run.
+struct EpochSoFar {
+  double loss_sum = 0;  // sum of the per-sample losses
+  int64_t correct = 0, samples = 0;
+  double seconds = 0, wait_seconds = 0;  // training time and data waits
+};
+
+struct Checkpoint {
+  int64_t epoch = 0;          // the epoch to continue
+  int64_t step_in_epoch = 0;  // optimizer steps of that epoch already done
+  int64_t global_step = 0;
+  double scale = 1;
+  int64_t growth_tracker = 0, skipped = 0;
+  int64_t batch_size = 0;
+  int accum_steps = 1;
+  std::string model;
+  EpochSoFar so_far;
+  // The options it must be continued with (Trainer::Settings), by option
+  // name; only those recorded are checked (older checkpoints have only
+  // --model, --batch-size and --accum-steps).
+  json settings = json::object();
+  // The names of the parameters in each optimizer group, whose state
+  // optimizer.pt holds by position; empty in older checkpoints.
+  std::vector<std::vector<std::string>> groups;
+};
+
+// The start-up check of --save (checkpoint.cc): that the checkpoint
+// directory may be replaced, and that its parent can be created and written,
+// so a bad path fails now, not after an epoch.
+Status CheckSaveLocation(const std::string& save);
+
+// The accumulators of a stretch of training, on the device: read only at
+// log points.
+struct Meter {
+  torch::Tensor loss_sum, correct;
+  int64_t samples = 0;
+  void Reset(const torch::Device& d) {
+    loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(d));
+    correct = torch::zeros({}, torch::TensorOptions().dtype(torch::kInt64).device(d));
+    samples = 0;
+  }
+};
+
+// Discards what is written to it (the log of ranks other than 0).
+class NullBuffer : public std::streambuf {
+ protected:
+  int overflow(int c) override { return c; }
+};
+
+class Trainer {
+ public:
+  explicit Trainer(const TrainOptions& o)
+      : o_(o), out_(o.log ? o.log->rdbuf() : std::cout.rdbuf()) {}
+  Status Run(TrainResult* result);
+
+ private:
+  // setup.cc
+  Status Setup();
+  Status BuildModel();
+  TensorLoaderOptions LoaderFor(int64_t batch, bool train) const;
+  // batch_size.cc
+  Status ChooseBatchSize();
+  BatchTrial Trial(int64_t batch);
+  // optimizer.cc
+  Status MakeOptimizer();
+  // checkpoint.cc
+  json Settings() const;
+  Status ReadResume();
+  Status Resume();
+  Status RestoreOptimizer();
+  Status Save(const std::string& dir, int64_t epoch, int64_t step_in_epoch,
+              const EpochSoFar& so_far = {});
+  // trainer.cc
+  Status Step(TensorLoader& loader, Meter& meter, bool* epoch_end, bool* stop);
+  // One micro-batch: the forward pass under autocast, the loss (with
+  // --label-smoothing) and the backward pass of the scaled loss divided by
+  // --accum-steps, adding to the gradients. Adds the batch's loss and
+  // correct predictions to *meter when it is given. Step and Trial both
+  // train through this.
+  void ForwardBackward(const torch::Tensor& x, const torch::Tensor& y, Meter* meter);
+  Status Evaluate(EpochStats* stats);
+  void Metric(const json& j);
+
+  bool lead() const { return !dist_ || dist_->rank() == 0; }
+  // Sums and averages the trainable gradients over the ranks, with the
+  // Ctrl-C flag in the same message; returns whether any rank was stopped.
+  bool ReduceGradients(bool stop_here);
+  void ReduceMeter(Meter* m);
+
+  const TrainOptions& o_;
+  std::ostream out_;  // the log's buffer; a NullBuffer for ranks other than 0
+  NullBuffer null_buffer_;
+  std::unique_ptr<Collective> dist_;
+  torch::Device device_ = torch::kCPU;
+  Precision precision_ = Precision::kFp32;
+  std::unique_ptr<CacheReader> train_, val_;
+  int64_t classes_ = 0;
+  std::vector<int64_t> sample_shape_;  // C, H, W after the crop
+  Model model_;
+  std::unique_ptr<torch::optim::Optimizer> opt_;
+  std::vector<double> base_lr_;  // per parameter group, after --lr-scaling
+  LossScaler scaler_{LossScalerOptions{false}};
+  std::vector<torch::Tensor> trainable_;
+  std::vector<std::string> optimized_;
+  std::vector<std::vector<std::string>> groups_;  // optimized_, by optimizer group
+  int64_t batch_ = 0;
+  std::string resume_dir_;  // the checkpoint --resume reads (FindCheckpoint)
+  Checkpoint start_;        // where this run starts (a resumed checkpoint or zero)
+  int64_t global_step_ = 0;
+  bool first_batch_checked_ = false;
+  std::ofstream metrics_;
+};
+
+}  // namespace kiln::train::internal
+
+#endif  // KILN_SRC_TRAIN_TRAINER_INTERNAL_H_
