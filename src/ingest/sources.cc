@@ -270,49 +270,4 @@ std::string SourceDigest(const SourceList& list) {
   return DigestHex(XXH3_64bits_digest(&st));
 }
 
-Status ReadSourcesTsv(const std::string& path, std::vector<RecordedSource>* out) {
-  std::ifstream in(path);
-  if (!in) return Status::NotFound(path + ": missing (the cache was not made by kiln build)");
-  std::string line;
-  std::getline(in, line);  // header
-  int lineno = 1;
-  while (std::getline(in, line)) {
-    ++lineno;
-    std::vector<std::string> f;
-    size_t pos = 0, tab;
-    while ((tab = line.find('\t', pos)) != std::string::npos) {
-      f.push_back(line.substr(pos, tab - pos));
-      pos = tab + 1;
-    }
-    f.push_back(line.substr(pos));
-    if (f.size() != 5)
-      return Status::Corruption(path + ":" + std::to_string(lineno) + ": bad line");
-    RecordedSource r;
-    try {
-      r.record = std::stoll(f[0]);
-      r.item.rel_path = f[1];
-      r.item.label = std::stoll(f[2]);
-      r.item.size = std::stoull(f[3]);
-      r.item.mtime_ns = std::stoll(f[4]);
-    } catch (...) {
-      return Status::Corruption(path + ":" + std::to_string(lineno) + ": bad number");
-    }
-    out->push_back(std::move(r));
-  }
-  return Status::OK();
-}
-
-Status WriteSourcesTsv(const std::string& path, const std::vector<RecordedSource>& sources) {
-  std::string out = "record\tpath\tlabel\tsize\tmtime_ns\n";
-  for (const RecordedSource& r : sources) {
-    const SourceItem& it = r.item;
-    out += std::to_string(r.record) + "\t" + it.rel_path + "\t" + std::to_string(it.label) + "\t" +
-           std::to_string(it.size) + "\t" + std::to_string(it.mtime_ns) + "\n";
-  }
-  std::ofstream f(path, std::ios::trunc);
-  f << out;
-  f.flush();
-  return f ? Status::OK() : Status::IOError(path + ": cannot write");
-}
-
 }  // namespace kiln::ingest
