@@ -358,13 +358,3 @@ TEST_CASE("the loaded bytes do not depend on the worker count, with crop, flip a
     CHECK(runs[k].labels == runs[0].labels);
   }
 }
-
-TEST_CASE("kiln bench reports the loader against its memcpy floor", "[loader]") {
-  TempDir dir;
-  WriteTestCache(dir.path(), 64, DType::kFloat16, MakeShape({3, 16, 16}));
-  std::string out;
-  REQUIRE(RunCommand(std::string(KILN_BIN) + " bench " + dir.path() + " --batch 16 --epochs 1", &out) == 0);
-  CHECK_THAT(out, Catch::Contains("epoch 0:") && Catch::Contains("loader / floor = ") &&
-                      Catch::Contains("RssAnon"));
-  // Other devices are measured by kiln-train (tests/train).
-}

@@ -1,0 +1,100 @@
+// The kiln command's contract on caches: exit codes (0 ok, 1 bad data, 2
+// usage or environment) and messages that name the record, shard or file,
+// for the damage that core's corruption tests make through the library.
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+
+#include "test_util.h"
+
+using namespace kiln;
+using namespace kiln::testing;
+
+namespace {
+const Shape kShape = MakeShape({3, 16, 16});
+constexpr uint64_t kRecordBytes = 3 * 16 * 16 * 2;
+
+// 60 float16 records, 20 per shard.
+void MakeCache(const TempDir& dir) {
+  WriteTestCache(dir.path(), 60, DType::kFloat16, kShape, 10, kRecordBytes * 20);
+}
+
+int Kiln(const std::string& args, std::string* out) {
+  return RunCommand(std::string(KILN_BIN) + " " + args, out);
+}
+}  // namespace
+
+TEST_CASE("a clean cache: verify and inspect exit 0, inspect summarizes it", "[cli]") {
+  TempDir dir;
+  MakeCache(dir);
+  std::string out;
+  CHECK(Kiln("verify " + dir.path(), &out) == 0);
+  CHECK(Kiln("inspect " + dir.path(), &out) == 0);
+  CHECK_THAT(out, Catch::Contains("records:       60"));
+  CHECK_THAT(out, Catch::Contains("float16 3x16x16"));
+  CHECK_THAT(out, Catch::Contains("3 shards"));
+  CHECK_THAT(out, Catch::Contains("0=class0"));
+}
+
+TEST_CASE("a flipped payload byte: verify exits 1 naming the record", "[cli]") {
+  TempDir dir;
+  MakeCache(dir);
+  const std::string shard = dir / "shard-00001.mdb";
+  FlipByte(shard, PayloadOffset(ReadFile(shard), 25, DType::kFloat16, kRecordBytes) + 100);
+  std::string out;
+  CHECK(Kiln("verify " + dir.path(), &out) == 1);
+  CHECK_THAT(out, Catch::Contains("record 25"));
+}
+
+TEST_CASE("damaged shards and manifests: exit 1 naming what is wrong", "[cli]") {
+  TempDir dir;
+  MakeCache(dir);
+  std::string out;
+  SECTION("a truncated shard") {
+    REQUIRE(truncate((dir / "shard-00001.mdb").c_str(), 20000) == 0);
+    CHECK(Kiln("inspect " + dir.path(), &out) == 1);
+    CHECK_THAT(out, Catch::Contains("shard-00001.mdb") && Catch::Contains("truncated"));
+  }
+  SECTION("a missing shard") {
+    std::filesystem::remove(dir / "shard-00002.mdb");
+    CHECK(Kiln("inspect " + dir.path(), &out) == 1);
+    CHECK_THAT(out, Catch::Contains("shard-00002.mdb") && Catch::Contains("missing"));
+  }
+  std::string m = ReadFile(dir / "manifest.json");
+  SECTION("the manifest's count edited") {
+    m.replace(m.find("\"count\": 60"), 11, "\"count\": 61");
+    WriteFile(dir / "manifest.json", m);
+    CHECK(Kiln("inspect " + dir.path(), &out) == 1);
+  }
+  SECTION("class names edited") {
+    m.replace(m.find("\"class0\""), 8, "\"classX\"");
+    WriteFile(dir / "manifest.json", m);
+    CHECK(Kiln("verify " + dir.path() + " --level quick", &out) == 1);
+    CHECK_THAT(out, Catch::Contains("meta_digest"));
+  }
+  SECTION("a manifest that is not JSON") {
+    WriteFile(dir / "manifest.json", m.substr(0, m.size() / 2));
+    CHECK(Kiln("inspect " + dir.path(), &out) == 1);
+  }
+  SECTION("no manifest: an incomplete cache") {
+    std::filesystem::remove(dir / "manifest.json");
+    CHECK(Kiln("verify " + dir.path(), &out) == 1);
+    CHECK(Kiln("inspect " + dir.path(), &out) == 1);
+    CHECK_THAT(out, Catch::Contains("incomplete"));
+  }
+  SECTION("no such directory is a usage error") {
+    CHECK(Kiln("verify " + dir.path() + "/nope", &out) == 2);
+    CHECK(Kiln("inspect " + dir.path() + "/nope", &out) == 2);
+  }
+}
+
+TEST_CASE("kiln bench reports the loader against its memcpy floor", "[cli]") {
+  TempDir dir;
+  WriteTestCache(dir.path(), 64, DType::kFloat16, MakeShape({3, 16, 16}));
+  std::string out;
+  REQUIRE(Kiln("bench " + dir.path() + " --batch 16 --epochs 1", &out) == 0);
+  CHECK_THAT(out, Catch::Contains("epoch 0:") && Catch::Contains("loader / floor = ") &&
+                      Catch::Contains("RssAnon"));
+  // Other devices are measured by kiln-train (tests/train).
+}
