@@ -7,6 +7,8 @@
 #ifndef KILN_SRC_INGEST_PREPROCESSOR_H_
 #define KILN_SRC_INGEST_PREPROCESSOR_H_
 
+#include <tbb/task_arena.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -70,14 +72,6 @@ class Preprocessor {
 
 // Runs f in a task arena of `threads` threads (0: TBB's default, all cores).
 template <typename F>
-void InArena(int threads, F&& f);
-
-}  // namespace kiln::ingest
-
-#include <tbb/task_arena.h>
-
-namespace kiln::ingest {
-template <typename F>
 void InArena(int threads, F&& f) {
   if (threads > 0) {
     tbb::task_arena arena(threads);
@@ -86,6 +80,7 @@ void InArena(int threads, F&& f) {
     f();
   }
 }
+
 }  // namespace kiln::ingest
 
 #endif  // KILN_SRC_INGEST_PREPROCESSOR_H_
