@@ -44,8 +44,9 @@ int ExecBeside(const std::string& exe, std::vector<std::string> argv) {
   args.push_back(nullptr);
   ::execv(path.c_str(), args.data());
   std::cerr << "kiln " << (argv.size() > 1 ? argv[1] : exe) << ": cannot run " << path << " ("
-            << std::strerror(errno) << "); it is built beside kiln when LibTorch is found "
-            << "(cmake -DKILN_WITH_TORCH=ON)\n";
+            << std::strerror(errno) << "); it is built beside kiln"
+            << (exe == "kiln-train" ? " when LibTorch is found (cmake -DKILN_WITH_TORCH=ON)" : "")
+            << ": build again with cmake --build build\n";
   return kExitUsage;
 }
 

@@ -12,7 +12,8 @@ cd "$root"
 pkgs=(build-essential cmake ninja-build pkg-config
       liblmdb-dev libxxhash-dev nlohmann-json3-dev libcli11-dev libtbb-dev catch2
       libopencv-dev libturbojpeg0-dev libtorch-dev libgloo-dev
-      python3-dev pybind11-dev python3-pybind11)   # the last three: the Python module kiln
+      python3-dev pybind11-dev python3-pybind11    # the Python module kiln
+      python3-matplotlib)                          # kiln plot
 # The tests compare kiln with torchvision/PIL and read caches from Python.
 [ "$mode" = test ] && pkgs+=(python3 python3-numpy python3-pil python3-torch python3-torchvision python3-lmdb python3-venv python3-setuptools python3-wheel)
 
