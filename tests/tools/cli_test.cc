@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 
+#include "kiln/units.h"
 #include "test_util.h"
 
 using namespace kiln;
@@ -97,4 +98,42 @@ TEST_CASE("kiln bench reports the loader against its memcpy floor", "[cli]") {
   CHECK_THAT(out, Catch::Contains("epoch 0:") && Catch::Contains("loader / floor = ") &&
                       Catch::Contains("RssAnon"));
   // Other devices are measured by kiln-train (tests/train).
+}
+
+TEST_CASE("kiln doctor: the machine's checklist, exit 0, without a CUDA driver it says so",
+          "[cli]") {
+  std::string out;
+  REQUIRE(Kiln("doctor", &out) == 0);
+  CHECK_THAT(out, Catch::Contains("cpu: ") && Catch::Contains("usable core") &&
+                      Catch::Contains("memory: ") && Catch::Contains("libraries: LMDB "));
+  // This machine's own GPU, or its absence.
+  CHECK_THAT(out, Catch::Contains("gpu 0: ") || Catch::Contains("gpu: no GPU found"));
+  REQUIRE(Kiln("doctor --cuda-library /nonexistent/libcuda.so.1", &out) == 0);
+  CHECK_THAT(out, Catch::Contains("warn  gpu: no GPU found: kiln train will run on the CPU; "));
+  CHECK_THAT(out, Catch::Contains("info  pinned memory: not applicable without a GPU."));
+  CHECK_THAT(out, Catch::Contains("kiln doctor: 5 checks, "));
+}
+
+TEST_CASE("kiln doctor CACHE: its size and filesystem, a missing or damaged cache fails", "[cli]") {
+  TempDir dir;
+  MakeCache(dir);
+  uint64_t bytes = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path()))
+    if (e.path().extension() == ".mdb") bytes += e.file_size();
+  const std::string no_gpu = " --cuda-library /nonexistent/libcuda.so.1";
+  std::string out;
+  REQUIRE(Kiln("doctor " + dir.path() + no_gpu, &out) == 0);
+  CHECK_THAT(out, Catch::Contains("filesystem: " + dir.path() + " is on "));
+  CHECK_THAT(out, Catch::Contains("cache size: " + FormatByteSize(static_cast<double>(bytes)) +
+                                  " (60 records of "));
+  CHECK_THAT(out, Catch::Contains("ok    cache verify: verify --level quick: clean, 60 records"));
+
+  CHECK(Kiln("doctor " + dir.path() + "/nope" + no_gpu, &out) == 2);
+  CHECK_THAT(out, Catch::Contains("kiln doctor: ") &&
+                      Catch::Contains(dir.path() + "/nope: no such cache directory"));
+
+  std::filesystem::remove(dir / "shard-00002.mdb");
+  CHECK(Kiln("doctor " + dir.path() + no_gpu, &out) == 1);
+  CHECK_THAT(
+      out, Catch::Contains("warn  cache: cannot be opened") && Catch::Contains("shard-00002.mdb"));
 }
