@@ -137,3 +137,28 @@ TEST_CASE("kiln doctor CACHE: its size and filesystem, a missing or damaged cach
   CHECK_THAT(
       out, Catch::Contains("warn  cache: cannot be opened") && Catch::Contains("shard-00002.mdb"));
 }
+
+TEST_CASE("kiln inspect counts records per class and flags classes under 1% of the mean", "[cli]") {
+  // 900 records: classes 0 and 1 have 400 each, class 2 has 98, class 3 two
+  // (the mean is 225, 1% of it 2.25).
+  TempDir dir;
+  WriterOptions o;
+  o.dtype = DType::kUint8;
+  o.shape = MakeShape({1, 2, 2});
+  std::unique_ptr<CacheWriter> w;
+  REQUIRE(CacheWriter::Open(o, dir.path(), &w).ok());
+  const uint8_t payload[4] = {1, 2, 3, 4};
+  for (uint64_t i = 0; i < 900; ++i) {
+    const int64_t label = i < 400 ? 0 : i < 800 ? 1 : i < 898 ? 2 : 3;
+    REQUIRE(w->Append(i, label, payload).ok());
+  }
+  Manifest m;
+  m.classes = {"cat", "dog", "fox", "yak"};
+  REQUIRE(w->Finish(&m).ok());
+  std::string out;
+  REQUIRE(Kiln("inspect " + dir.path(), &out) == 0);
+  CHECK_THAT(out, Catch::Contains("class counts:  mean 225.0, smallest 2 (3), largest 400 (0)\n"));
+  CHECK_THAT(out, Catch::Contains("  0=cat  400\n  1=dog  400\n  2=fox  98\n"
+                                  "  3=yak  2  * under 1% of the mean\n"));
+  CHECK_THAT(out, Catch::Contains("1 class under 1% of the mean count (*)"));
+}
