@@ -10,6 +10,7 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -18,6 +19,7 @@
 #include <fstream>
 #include <memory>
 #include <sstream>
+#include <vector>
 
 #include "core/cpus.h"
 #include "kiln/cache_reader.h"
@@ -190,7 +192,7 @@ namespace {
 uint64_t ResidentBytes(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return 0;
-  struct stat st;
+  struct stat st = {};
   uint64_t resident = 0;
   if (::fstat(fd, &st) == 0 && st.st_size > 0) {
     const size_t size = static_cast<size_t>(st.st_size);
