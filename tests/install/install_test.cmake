@@ -48,9 +48,13 @@ run("kiln_synth_cache" ${SYNTH_CACHE} ${cache} 37 3 8 8 uint8)
 run("the installed kiln verify" ${prefix}/bin/kiln verify ${cache})
 
 set(consumer_build ${WORK_DIR}/consumer-build)
+# Lists go to the consumer without ';' (a list of arguments would split
+# them): the prefixes through the environment, the parts with '|'.
+string(REPLACE ";" ":" prefix_path "${prefix};${DEPENDENCY_PREFIX_PATH}")
+set(ENV{CMAKE_PREFIX_PATH} "${prefix_path}")
+string(REPLACE ";" "|" parts "core;${EXPECT_PARTS}")
 set(configure ${CMAKE_COMMAND} -S ${CONSUMER_DIR} -B ${consumer_build} -G ${GENERATOR}
-    "-DCMAKE_PREFIX_PATH=${prefix};${DEPENDENCY_PREFIX_PATH}"
-    "-DKILN_EXPECT_PARTS=core;${EXPECT_PARTS}")
+    -DKILN_EXPECT_PARTS=${parts})
 foreach(var CMAKE_MAKE_PROGRAM CMAKE_CXX_COMPILER CMAKE_BUILD_TYPE CMAKE_CUDA_COMPILER
         CUDAToolkit_ROOT)
   if(DEFINED ${var} AND NOT "${${var}}" STREQUAL "")
