@@ -3,7 +3,7 @@
 # (SYNTH_CACHE writes it), then configures, builds and runs CONSUMER_DIR (a
 # project of its own) against the prefix with find_package(kiln). Fails
 # unless the consumer reads back every record of the cache.
-foreach(var KILN_BUILD_DIR WORK_DIR CONSUMER_DIR SYNTH_CACHE GENERATOR)
+foreach(var KILN_BUILD_DIR WORK_DIR CONSUMER_DIR SYNTH_CACHE GENERATOR INSTALL_LIBDIR)
   if(NOT DEFINED ${var})
     message(FATAL_ERROR "install_test.cmake: -D${var}=... is required")
   endif()
@@ -34,9 +34,8 @@ foreach(part IN LISTS EXPECT_PARTS)
     list(APPEND expected_files include/kiln/ingest/build.h)
   endif()
 endforeach()
-include(GNUInstallDirs)
 foreach(f IN LISTS expected_files)
-  string(REGEX REPLACE "^lib/" "${CMAKE_INSTALL_LIBDIR}/" f "${f}")
+  string(REGEX REPLACE "^lib/" "${INSTALL_LIBDIR}/" f "${f}")
   if(NOT EXISTS ${prefix}/${f})
     message(FATAL_ERROR "not installed: ${prefix}/${f}")
   endif()
@@ -52,7 +51,8 @@ set(consumer_build ${WORK_DIR}/consumer-build)
 # them): the prefixes through the environment, the parts with '|'.
 string(REPLACE ";" ":" prefix_path "${prefix};${DEPENDENCY_PREFIX_PATH}")
 set(ENV{CMAKE_PREFIX_PATH} "${prefix_path}")
-string(REPLACE ";" "|" parts "core;${EXPECT_PARTS}")
+set(parts core ${EXPECT_PARTS})
+list(JOIN parts "|" parts)
 set(configure ${CMAKE_COMMAND} -S ${CONSUMER_DIR} -B ${consumer_build} -G ${GENERATOR}
     -DKILN_EXPECT_PARTS=${parts})
 foreach(var CMAKE_MAKE_PROGRAM CMAKE_CXX_COMPILER CMAKE_BUILD_TYPE CMAKE_CUDA_COMPILER
