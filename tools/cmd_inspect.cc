@@ -1,4 +1,5 @@
 // kiln inspect CACHE: what a cache holds and how it was made.
+#include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -7,6 +8,61 @@
 
 namespace kiln::tools {
 namespace {
+
+// Records per class, read from every record's header (one page of each
+// record: quick once the cache is in the page cache). Records that cannot
+// be read, or have no label in the classes, count in *unlabeled: inspect
+// describes a damaged cache too, kiln verify says what is wrong.
+void CountClasses(const CacheReader& reader, std::vector<uint64_t>* counts, uint64_t* unlabeled) {
+  const Manifest& m = reader.manifest();
+  counts->assign(m.classes.size(), 0);
+  *unlabeled = 0;
+  std::unique_ptr<ReadTxn> txn = reader.BeginRead();
+  for (uint64_t i = 0; i < m.count; ++i) {
+    RecordView v;
+    if (txn->Get(m.first_index + i, &v).ok() && v.label >= 0 &&
+        static_cast<uint64_t>(v.label) < counts->size())
+      ++(*counts)[v.label];
+    else
+      ++*unlabeled;
+    if (i % 4096 == 4095) txn->Reset();  // keep the snapshot short
+  }
+}
+
+// The histogram: every class up to 40 of them, otherwise the smallest and
+// largest and the flagged ones. A class under 1% of the mean count is flagged.
+void PrintClassCounts(const Manifest& m, const std::vector<uint64_t>& counts, uint64_t unlabeled) {
+  if (counts.empty()) return;
+  uint64_t total = 0;
+  size_t lo = 0, hi = 0;
+  for (size_t c = 0; c < counts.size(); ++c) {
+    total += counts[c];
+    if (counts[c] < counts[lo]) lo = c;
+    if (counts[c] > counts[hi]) hi = c;
+  }
+  const double mean = static_cast<double>(total) / counts.size();
+  auto rare = [&](size_t c) { return counts[c] < 0.01 * mean; };
+  size_t flagged = 0;
+  for (size_t c = 0; c < counts.size(); ++c) flagged += rare(c);
+  char head[160];
+  std::snprintf(head, sizeof(head),
+                "class counts:  mean %.1f, smallest %llu (%zu), largest %llu (%zu)", mean,
+                static_cast<unsigned long long>(counts[lo]), lo,
+                static_cast<unsigned long long>(counts[hi]), hi);
+  std::cout << head;
+  if (unlabeled) std::cout << "; " << unlabeled << " unreadable or without a class (kiln verify)";
+  std::cout << "\n";
+  const bool all = counts.size() <= 40;
+  for (size_t c = 0; c < counts.size(); ++c) {
+    if (!all && !rare(c) && c != lo && c != hi) continue;
+    std::cout << "  " << c << "=" << m.classes[c] << "  " << counts[c]
+              << (rare(c) ? "  * under 1% of the mean" : "") << "\n";
+  }
+  if (flagged)
+    std::cout << "  " << flagged << " class" << (flagged == 1 ? "" : "es")
+              << " under 1% of the mean count (*): too few samples to learn from; add samples, "
+                 "or merge or drop the class\n";
+}
 
 int RunInspect(const std::string& dir, bool as_json) {
   std::unique_ptr<CacheReader> reader;
@@ -42,6 +98,10 @@ int RunInspect(const std::string& dir, bool as_json) {
     std::cout << "  " << sh.file << "  records " << sh.first << ".."
               << (sh.count ? sh.first + sh.count - 1 : sh.first) << " (" << sh.count << ")  "
               << HumanBytes(static_cast<double>(sh.bytes)) << "  digest " << sh.digest << "\n";
+  std::vector<uint64_t> counts;
+  uint64_t unlabeled = 0;
+  CountClasses(*reader, &counts, &unlabeled);
+  PrintClassCounts(m, counts, unlabeled);
   const auto pre = nlohmann::json::parse(m.preprocessing.ToJson());
   std::cout << "preprocessing:";
   if (pre.is_object() && !pre.empty()) {

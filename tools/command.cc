@@ -9,6 +9,8 @@
 #include <cstring>
 #include <iostream>
 
+#include "kiln/units.h"
+
 namespace kiln::tools {
 
 namespace {
@@ -65,16 +67,6 @@ int ReportError(const std::string& cmd, const Status& s) {
   return (s.IsCorruption() || s.IsStale() || s.IsIncomplete()) ? kExitBadData : kExitUsage;
 }
 
-std::string HumanBytes(double bytes) {
-  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
-  int u = 0;
-  while (bytes >= 1000 && u < 4) {
-    bytes /= 1000;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), u == 0 ? "%.0f %s" : "%.1f %s", bytes, units[u]);
-  return buf;
-}
+std::string HumanBytes(double bytes) { return FormatByteSize(bytes); }
 
 }  // namespace kiln::tools

@@ -18,6 +18,10 @@ namespace kiln {
 // rule for text that is not a positive size (or overflows 64 bits).
 Status ParseByteSize(const std::string& text, const std::string& option, uint64_t* out);
 
+// Formats a byte count for people, in powers of 1000 as the rule's KB .. TB:
+// "512 B", "12.3 MB".
+std::string FormatByteSize(double bytes);
+
 }  // namespace kiln
 
 #endif  // KILN_UNITS_H_

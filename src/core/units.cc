@@ -1,6 +1,7 @@
 #include "kiln/units.h"
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <utility>
 
@@ -28,6 +29,18 @@ Status ParseByteSize(const std::string& text, const std::string& option, uint64_
     return Status::OK();
   }
   return bad;
+}
+
+std::string FormatByteSize(double bytes) {
+  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
+  int u = 0;
+  while (bytes >= 1000 && u < 4) {
+    bytes /= 1000;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), u == 0 ? "%.0f %s" : "%.1f %s", bytes, units[u]);
+  return buf;
 }
 
 }  // namespace kiln

@@ -1,12 +1,11 @@
 // The trainer's named choices (trainer.h): names and parsing, no LibTorch.
-#include <sched.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <string>
-#include <thread>
 
 #include "kiln/train/trainer.h"
+#include "core/cpus.h"
 
 namespace kiln::train {
 namespace {
@@ -90,11 +89,7 @@ Status ParsePrecisionChoice(const std::string& name, PrecisionChoice* out) {
 }
 
 int DefaultCpuThreads() {
-  int cpus = 0;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) cpus = CPU_COUNT(&set);
-  if (cpus <= 0) cpus = static_cast<int>(std::thread::hardware_concurrency());
+  const int cpus = UsableCpus();
   int ranks = 1;
   if (const char* local = std::getenv("LOCAL_WORLD_SIZE")) ranks = std::max(1, std::atoi(local));
   return std::max(1, cpus / ranks);

@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 
+#include "kiln/units.h"
 #include "test_util.h"
 
 using namespace kiln;
@@ -97,4 +98,67 @@ TEST_CASE("kiln bench reports the loader against its memcpy floor", "[cli]") {
   CHECK_THAT(out, Catch::Contains("epoch 0:") && Catch::Contains("loader / floor = ") &&
                       Catch::Contains("RssAnon"));
   // Other devices are measured by kiln-train (tests/train).
+}
+
+TEST_CASE("kiln doctor: the machine's checklist, exit 0, without a CUDA driver it says so",
+          "[cli]") {
+  std::string out;
+  REQUIRE(Kiln("doctor", &out) == 0);
+  CHECK_THAT(out, Catch::Contains("cpu: ") && Catch::Contains("usable core") &&
+                      Catch::Contains("memory: ") && Catch::Contains("libraries: LMDB "));
+  // This machine's own GPU, or its absence.
+  CHECK_THAT(out, Catch::Contains("gpu 0: ") || Catch::Contains("gpu: no GPU found"));
+  REQUIRE(Kiln("doctor --cuda-library /nonexistent/libcuda.so.1", &out) == 0);
+  CHECK_THAT(out, Catch::Contains("warn  gpu: no GPU found: kiln train will run on the CPU; "));
+  CHECK_THAT(out, Catch::Contains("info  pinned memory: not applicable without a GPU."));
+  CHECK_THAT(out, Catch::Contains("kiln doctor: 5 checks, "));
+}
+
+TEST_CASE("kiln doctor CACHE: its size and filesystem, a missing or damaged cache fails", "[cli]") {
+  TempDir dir;
+  MakeCache(dir);
+  uint64_t bytes = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path()))
+    if (e.path().extension() == ".mdb") bytes += e.file_size();
+  const std::string no_gpu = " --cuda-library /nonexistent/libcuda.so.1";
+  std::string out;
+  REQUIRE(Kiln("doctor " + dir.path() + no_gpu, &out) == 0);
+  CHECK_THAT(out, Catch::Contains("filesystem: " + dir.path() + " is on "));
+  CHECK_THAT(out, Catch::Contains("cache size: " + FormatByteSize(static_cast<double>(bytes)) +
+                                  " (60 records of "));
+  CHECK_THAT(out, Catch::Contains("ok    cache verify: verify --level quick: clean, 60 records"));
+
+  CHECK(Kiln("doctor " + dir.path() + "/nope" + no_gpu, &out) == 2);
+  CHECK_THAT(out, Catch::Contains("kiln doctor: ") &&
+                      Catch::Contains(dir.path() + "/nope: no such cache directory"));
+
+  std::filesystem::remove(dir / "shard-00002.mdb");
+  CHECK(Kiln("doctor " + dir.path() + no_gpu, &out) == 1);
+  CHECK_THAT(
+      out, Catch::Contains("warn  cache: cannot be opened") && Catch::Contains("shard-00002.mdb"));
+}
+
+TEST_CASE("kiln inspect counts records per class and flags classes under 1% of the mean", "[cli]") {
+  // 900 records: classes 0 and 1 have 400 each, class 2 has 98, class 3 two
+  // (the mean is 225, 1% of it 2.25).
+  TempDir dir;
+  WriterOptions o;
+  o.dtype = DType::kUint8;
+  o.shape = MakeShape({1, 2, 2});
+  std::unique_ptr<CacheWriter> w;
+  REQUIRE(CacheWriter::Open(o, dir.path(), &w).ok());
+  const uint8_t payload[4] = {1, 2, 3, 4};
+  for (uint64_t i = 0; i < 900; ++i) {
+    const int64_t label = i < 400 ? 0 : i < 800 ? 1 : i < 898 ? 2 : 3;
+    REQUIRE(w->Append(i, label, payload).ok());
+  }
+  Manifest m;
+  m.classes = {"cat", "dog", "fox", "yak"};
+  REQUIRE(w->Finish(&m).ok());
+  std::string out;
+  REQUIRE(Kiln("inspect " + dir.path(), &out) == 0);
+  CHECK_THAT(out, Catch::Contains("class counts:  mean 225.0, smallest 2 (3), largest 400 (0)\n"));
+  CHECK_THAT(out, Catch::Contains("  0=cat  400\n  1=dog  400\n  2=fox  98\n"
+                                  "  3=yak  2  * under 1% of the mean\n"));
+  CHECK_THAT(out, Catch::Contains("1 class under 1% of the mean count (*)"));
 }
