@@ -1,3 +1,8 @@
+// BuildCache: what a cache holds, resuming, up-to-date detection, rejects,
+// --strict, --force under the lock, repair. The command's own output and
+// exit codes are tested in tests/tools/build_cli_test.cc.
+#include "kiln/ingest/build.h"
+
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
@@ -7,17 +12,16 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
-#include <cstring>
 #include <filesystem>
 #include <map>
-#include <tuple>
+#include <string>
+#include <vector>
 
-#include "kiln/ingest/build.h"
-#include "kiln/cache_reader.h"
-#include "kiln/manifest.h"
-#include "kiln/image/decode.h"
-#include "kiln/verify.h"
 #include "ingest_test_util.h"
+#include "kiln/cache_reader.h"
+#include "kiln/image/decode.h"
+#include "kiln/manifest.h"
+#include "kiln/verify.h"
 #include "test_util.h"
 
 using namespace kiln;
@@ -26,13 +30,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
-
 // Every shard file and the manifest of a cache, by name.
 std::map<std::string, std::string> CacheFiles(const std::string& dir) {
   std::map<std::string, std::string> files;
   for (const auto& e : fs::directory_iterator(dir)) {
     const std::string n = e.path().filename().string();
-    const bool shard = n.rfind("shard-", 0) == 0 && n.size() > 4 && n.compare(n.size() - 4, 4, ".mdb") == 0;
+    const bool shard =
+        n.rfind("shard-", 0) == 0 && n.size() > 4 && n.compare(n.size() - 4, 4, ".mdb") == 0;
     if (shard || n == "manifest.json") files[n] = ReadFile(e.path().string());
   }
   return files;
@@ -46,13 +50,19 @@ double HalfToFloat(uint16_t h) {
 }
 }  // namespace
 
-TEST_CASE("kiln build of the Fashion-MNIST sample: labels, shape, pixels", "[build]") {
+TEST_CASE("a build of the Fashion-MNIST sample: labels, shape, pixels", "[build]") {
   TempDir out;
-  std::string log;
-  REQUIRE(Kiln("build " + kFashion + " " + out.path() +
-                   " --channels 1 --dtype float16 --mean 0.5 --std 0.25 --progress none",
-               &log) == 0);
-  CHECK_THAT(log, Catch::Contains("300 written, 0 rejected"));
+  ingest::BuildOptions o = BuildOf(kFashion, out.path());
+  o.channels = 1;
+  o.dtype = DType::kFloat16;
+  o.norm = NormKind::kExplicit;
+  o.mean = {0.5};
+  o.std = {0.25};
+  const Built b = Build(o);
+  REQUIRE(b.status.ToString() == "OK");
+  CHECK(b.result.written == 300);
+  CHECK(b.result.rejected == 0);
+  CHECK(b.result.caches == std::vector<std::string>{out.path()});
   std::unique_ptr<CacheReader> r;
   REQUIRE(CacheReader::Open(out.path(), ReaderOptions(), &r).ok());
   const Manifest& m = r->manifest();
@@ -70,16 +80,17 @@ TEST_CASE("kiln build of the Fashion-MNIST sample: labels, shape, pixels", "[bui
     // The record is (x/255 - 0.5) / 0.25 of the PNG's pixels, in fp16.
     const std::string png = ReadFile(list.root + "/" + list.items[i].rel_path);
     image::ImageU8 img;
-    image::DecodeOptions o;
-    o.channels = 1;
-    REQUIRE(image::Decode(reinterpret_cast<const uint8_t*>(png.data()), png.size(), "png", o, &img).ok());
+    image::DecodeOptions d;
+    d.channels = 1;
+    REQUIRE(image::Decode(reinterpret_cast<const uint8_t*>(png.data()), png.size(), "png", d, &img)
+                .ok());
     const uint16_t* h = reinterpret_cast<const uint16_t*>(v.data);
     for (int p = 0; p < 28 * 28; p += 37) {
       const double want = (img.pixels[p] / 255.0 - 0.5) / 0.25;
       REQUIRE(std::abs(HalfToFloat(h[p]) - want) <= 2e-3);
     }
   }
-  CHECK(Kiln("verify " + out.path(), &log) == 0);
+  CHECK(Problems(out.path()) == "");
 }
 
 TEST_CASE("builds are byte-identical across thread counts", "[build]") {
@@ -106,52 +117,63 @@ TEST_CASE("builds are byte-identical across thread counts", "[build]") {
 TEST_CASE("the same build again is up to date, changed sources need force", "[build]") {
   TempDir src, out;
   fs::copy(kFashion, src.path(), fs::copy_options::recursive);
-  const std::string cmd = "build " + src.path() + " " + out.path() + " --channels 1 --progress none";
-  std::string log;
-  REQUIRE(Kiln(cmd, &log) == 0);
+  ingest::BuildOptions o = BuildOf(src.path(), out.path());
+  o.channels = 1;
+  REQUIRE(Build(o).status.ToString() == "OK");
   const auto before = CacheFiles(out.path());
-  REQUIRE(Kiln(cmd, &log) == 0);
-  CHECK_THAT(log, Catch::Contains("up to date"));
+  const Built again = Build(o);
+  REQUIRE(again.status.ToString() == "OK");
+  CHECK(again.result.up_to_date);
+  CHECK(again.result.written == 0);
+  CHECK_THAT(again.log, Catch::Contains("up to date"));
   CHECK(CacheFiles(out.path()) == before);
   // Options changed.
-  CHECK(Kiln(cmd + " --dtype float32", &log) == 1);
-  CHECK_THAT(log, Catch::Contains("dtype") && Catch::Contains("--force"));
+  ingest::BuildOptions f32 = o;
+  f32.dtype = DType::kFloat32;
+  const Built changed = Build(f32);
+  CHECK(changed.status.IsStale());
+  CHECK_THAT(changed.status.message(), Catch::Contains("dtype") && Catch::Contains("--force"));
   CHECK(CacheFiles(out.path()) == before);  // nothing lost
   // A source changed.
   fs::remove(src / "3_dress/00003.png");
   const std::string first = fs::directory_iterator(src / "3_dress")->path().string();
   fs::remove(first);
-  CHECK(Kiln(cmd, &log) == 1);
-  CHECK_THAT(log, Catch::Contains("source"));
-  REQUIRE(Kiln(cmd + " --force", &log) == 0);
+  const Built stale = Build(o);
+  CHECK(stale.status.IsStale());
+  CHECK_THAT(stale.status.message(), Catch::Contains("source"));
+  o.force = true;
+  REQUIRE(Build(o).status.ToString() == "OK");
   std::unique_ptr<CacheReader> r;
   REQUIRE(CacheReader::Open(out.path(), ReaderOptions(), &r).ok());
   CHECK(r->size() == 298);
 }
 
+// The build that is killed runs in a process of its own: the kiln command.
 TEST_CASE("a build killed with SIGKILL resumes to identical shards", "[build]") {
   TempDir src, ref, out;
   MakePhotoFolder(src.path(), 60);  // 420 JPEGs
   // 37.7 KB records: a 4 MiB commit is ~111 of them, a 12 MB shard ~318,
   // so the shard being written when the kill lands already holds commits.
-  const std::string args = src.path() + " %s --resize 64 --crop 56 --dtype float32 --threads 1 "
-                           "--shard-size 12M --progress none";
-  auto cmd = [&](const std::string& dir) {
-    char buf[1024];
-    std::snprintf(buf, sizeof(buf), args.c_str(), dir.c_str());
-    return std::string(buf);
-  };
-  std::string log;
-  REQUIRE(Kiln("build " + cmd(ref.path()), &log) == 0);
+  ingest::BuildOptions o = BuildOf(src.path(), ref.path());
+  o.resize = 64;
+  o.crop = 56;
+  o.dtype = DType::kFloat32;
+  o.threads = 1;
+  o.shard_size = 12u << 20;
+  const std::string flags =
+      " --resize 64 --crop 56 --dtype float32 --threads 1 "
+      "--shard-size 12M --progress none";
+  REQUIRE(Build(o).status.ToString() == "OK");
+  o.out = out.path();
   bool resumed = false;
   for (int attempt = 0; attempt < 5 && !resumed; ++attempt) {
     fs::remove_all(out.path());
     fs::create_directories(out.path());
     pid_t pid = fork();
     if (pid == 0) {
-      const std::string c = cmd(out.path());
-      execl("/bin/sh", "sh", "-c", (std::string(KILN_BIN) + " build " + c + " >/dev/null 2>&1").c_str(),
-            (char*)nullptr);
+      const std::string c = std::string(KILN_BIN) + " build " + src.path() + " " + out.path() +
+                            flags + " >/dev/null 2>&1";
+      execl("/bin/sh", "sh", "-c", c.c_str(), (char*)nullptr);
       _exit(127);
     }
     // Kill once the first shard holds two commits (records of 10 pages:
@@ -171,14 +193,14 @@ TEST_CASE("a build killed with SIGKILL resumes to identical shards", "[build]") 
     RunCommand("pkill -9 -f 'build " + src.path() + " " + out.path() + "'", &ignored);
     usleep(50000);
     if (fs::exists(out / "manifest.json")) continue;  // finished before the kill
-    REQUIRE(Kiln("build " + cmd(out.path()), &log) == 0);
-    resumed = log.find("resuming") != std::string::npos;
+    const Built b = Build(o);
+    REQUIRE(b.status.ToString() == "OK");
+    resumed = b.result.resumed;
+    if (resumed) CHECK_THAT(b.log, Catch::Contains("resuming"));
   }
   REQUIRE(resumed);
   CHECK(CacheFiles(out.path()) == CacheFiles(ref.path()));
-  VerifyReport rep;
-  REQUIRE(VerifyCache(out.path(), VerifyOptions(), &rep).ok());
-  CHECK(rep.clean());
+  CHECK(Problems(out.path()) == "");
 }
 
 TEST_CASE("bad inputs are skipped and listed, strict fails naming the first", "[build]") {
@@ -195,162 +217,192 @@ TEST_CASE("bad inputs are skipped and listed, strict fails naming the first", "[
   for (size_t i = 600; i < corrupt.size(); i += 7) corrupt[i] = static_cast<char>(i);
   WriteFile(src / "b/corrupt.jpg", corrupt);
   fs::copy_file(kPhotos + "/hubble_deep_field.jpg", src / "b/huge.jpg");
-  std::string log;
-  // hubble is 1000x872 = 872000 pixels: over the limit below.
-  const std::string opts = " --resize 64 --crop 64 --max-pixels 500000 --progress none";
-  REQUIRE(Kiln("build " + src.path() + " " + out.path() + opts, &log) == 0);
-  CHECK_THAT(log, Catch::Contains("2 written, 5 rejected"));
+  ingest::BuildOptions o = BuildOf(src.path(), out.path());
+  o.resize = 64;
+  o.crop = 64;
+  o.max_pixels = 500000;  // hubble is 1000x872 = 872000 pixels: over the limit
+  const Built b = Build(o);
+  REQUIRE(b.status.ToString() == "OK");
+  CHECK(b.result.written == 2);
+  CHECK(b.result.rejected == 5);
+  CHECK_THAT(b.result.first_reject, Catch::Contains("a/empty.png"));
   const std::string tsv = ReadFile(out / "rejects.tsv");
-  for (const char* f : {"a/truncated.jpg", "a/empty.png", "b/text.jpg", "b/corrupt.jpg", "b/huge.jpg"})
+  for (const char* f :
+       {"a/truncated.jpg", "a/empty.png", "b/text.jpg", "b/corrupt.jpg", "b/huge.jpg"})
     CHECK_THAT(tsv, Catch::Contains(f));
   CHECK_THAT(tsv, Catch::Contains("max-pixels"));
-  CHECK(Kiln("verify " + out.path(), &log) == 0);
-  CHECK(Kiln("build " + src.path() + " " + strict_out.path() + opts + " --strict", &log) == 1);
-  CHECK_THAT(log, Catch::Contains("a/empty.png") && Catch::Contains("--strict"));
+  CHECK(Problems(out.path()) == "");
+  ingest::BuildOptions strict = o;
+  strict.out = strict_out.path();
+  strict.strict = true;
+  const Built failed = Build(strict);
+  CHECK(failed.status.IsCorruption());
+  CHECK_THAT(failed.status.message(),
+             Catch::Contains("a/empty.png") && Catch::Contains("--strict"));
   CHECK_FALSE(fs::exists(strict_out / "manifest.json"));
   // Running it again resumes the failed build: --strict still fails on it.
-  CHECK(Kiln("build " + src.path() + " " + strict_out.path() + opts + " --strict", &log) == 1);
-  CHECK_THAT(log, Catch::Contains("a/empty.png") && Catch::Contains("--strict"));
+  const Built resumed = Build(strict);
+  CHECK(resumed.status.IsCorruption());
+  CHECK_THAT(resumed.status.message(),
+             Catch::Contains("a/empty.png") && Catch::Contains("--strict"));
   CHECK_FALSE(fs::exists(strict_out / "manifest.json"));
   // A finished cache with rejects does not pass --strict as "up to date".
-  CHECK(Kiln("build " + src.path() + " " + out.path() + opts + " --strict", &log) == 1);
-  CHECK_THAT(log, Catch::Contains("a/empty.png") && Catch::Contains("--strict"));
-  CHECK(Kiln("verify " + out.path(), &log) == 0);  // and it stays as it was
+  o.strict = true;
+  const Built finished = Build(o);
+  CHECK(finished.status.IsCorruption());
+  CHECK_THAT(finished.status.message(),
+             Catch::Contains("a/empty.png") && Catch::Contains("--strict"));
+  CHECK(Problems(out.path()) == "");  // and it stays as it was
 }
 
-TEST_CASE("a forced rebuild discards only under the directory lock; a damaged unfinished build says --force",
-          "[build]") {
+TEST_CASE(
+    "a forced rebuild discards only under the directory lock; a damaged unfinished build says "
+    "--force",
+    "[build]") {
   TempDir src, out;
   MakePhotoFolder(src.path(), 2);
-  const std::string cmd = "build " + src.path() + " " + out.path() + " --resize 32 --progress none";
-  std::string log;
-  REQUIRE(Kiln(cmd, &log) == 0);
+  ingest::BuildOptions o = BuildOf(src.path(), out.path());
+  o.resize = 32;
+  REQUIRE(Build(o).status.ToString() == "OK");
   const auto before = CacheFiles(out.path());
   {
     // Another build holds the directory: --force is refused and deletes nothing.
     const int fd = ::open((out / ".kiln.lock").c_str(), O_RDWR | O_CREAT, 0644);
     REQUIRE(fd >= 0);
     REQUIRE(::flock(fd, LOCK_EX) == 0);
-    CHECK(Kiln(cmd + " --dtype float32 --force", &log) == 2);
-    CHECK_THAT(log, Catch::Contains("in use"));
+    ingest::BuildOptions forced = o;
+    forced.dtype = DType::kFloat32;
+    forced.force = true;
+    const Built refused = Build(forced);
+    CHECK(refused.status.IsIOError());
+    CHECK_THAT(refused.status.message(), Catch::Contains("in use"));
     ::close(fd);
   }
   CHECK(CacheFiles(out.path()) == before);
-  CHECK(Kiln("verify " + out.path(), &log) == 0);
+  CHECK(Problems(out.path()) == "");
 
   // An unfinished build (a --strict failure at its last input leaves one)
   // with unreadable recorded options: it says so and points at --force.
   TempDir unfinished;
   WriteFile(src / "dogs/zzz_bad.jpg", "not a jpeg");
-  const std::string cmd2 = "build " + src.path() + " " + unfinished.path() + " --resize 32 --progress none";
-  REQUIRE(Kiln(cmd2 + " --strict", &log) == 1);
+  ingest::BuildOptions u = BuildOf(src.path(), unfinished.path());
+  u.resize = 32;
+  u.strict = true;
+  REQUIRE(Build(u).status.IsCorruption());
+  u.strict = false;
   REQUIRE(fs::exists(unfinished / "build.json"));
   REQUIRE_FALSE(fs::exists(unfinished / "manifest.json"));
   const std::string state = ReadFile(unfinished / "build.json");
   WriteFile(unfinished / "build.json", "");  // as a kill during a non-atomic write left it
-  CHECK(Kiln(cmd2, &log) == 1);
-  CHECK_THAT(log, Catch::Contains("unreadable") && Catch::Contains("--force"));
+  const Built unreadable = Build(u);
+  CHECK(unreadable.status.IsStale());
+  CHECK_THAT(unreadable.status.message(),
+             Catch::Contains("unreadable") && Catch::Contains("--force"));
   // Readable again, but its shard cut short: a message, not SIGBUS.
   WriteFile(unfinished / "build.json", state);
   const std::string shard = ReadFile(unfinished / "shard-00000.mdb");
   WriteFile(unfinished / "shard-00000.mdb", shard.substr(0, shard.size() / 2));
-  CHECK(Kiln(cmd2, &log) == 1);
-  CHECK_THAT(log, Catch::Contains("truncated") && Catch::Contains("--force"));
-  REQUIRE(Kiln(cmd2 + " --force", &log) == 0);
-  CHECK_THAT(log, Catch::Contains("starting over"));
-  CHECK(Kiln("verify " + unfinished.path(), &log) == 0);
+  const Built truncated = Build(u);
+  CHECK(truncated.status.IsCorruption());
+  CHECK_THAT(truncated.status.message(),
+             Catch::Contains("truncated") && Catch::Contains("--force"));
+  u.force = true;
+  const Built fresh = Build(u);
+  REQUIRE(fresh.status.ToString() == "OK");
+  CHECK_THAT(fresh.log, Catch::Contains("starting over"));
+  CHECK(Problems(unfinished.path()) == "");
 }
 
-TEST_CASE("kiln build --list builds the listed files", "[build]") {
+TEST_CASE("a list file builds the listed files", "[build]") {
   TempDir out;
-  const std::string root = KILN_SAMPLE_DATA;
-  SECTION("list file with numeric labels") {
-    WriteFile(out / "list.txt", "photos/chelsea.jpg 1\nphotos/coffee.jpg 0\n");
-    std::string log;
-    REQUIRE(Kiln("build " + root + " " + (out / "c") + " --list " + (out / "list.txt") +
-                     " --size 32x24 --dtype uint8 --progress none",
-                 &log) == 0);
-    std::unique_ptr<CacheReader> r;
-    REQUIRE(CacheReader::Open(out / "c", ReaderOptions(), &r).ok());
-    CHECK(r->manifest().shape.ToString() == "3x24x32");
-    RecordView v;
-    auto txn = r->BeginRead();
-    REQUIRE(txn->Get(0, &v).ok());
-    CHECK(v.label == 1);  // records in sorted path order: chelsea first
-  }
+  WriteFile(out / "list.txt", "photos/chelsea.jpg 1\nphotos/coffee.jpg 0\n");
+  ingest::BuildOptions o = BuildOf(KILN_SAMPLE_DATA, out / "c");
+  o.list_file = out / "list.txt";
+  o.size_w = 32;
+  o.size_h = 24;
+  o.dtype = DType::kUint8;
+  REQUIRE(Build(o).status.ToString() == "OK");
+  std::unique_ptr<CacheReader> r;
+  REQUIRE(CacheReader::Open(out / "c", ReaderOptions(), &r).ok());
+  CHECK(r->manifest().shape.ToString() == "3x24x32");
+  RecordView v;
+  auto txn = r->BeginRead();
+  REQUIRE(txn->Get(0, &v).ok());
+  CHECK(v.label == 1);  // records in sorted path order: chelsea first
 }
 
 TEST_CASE("val-fraction splits deterministically by path", "[build]") {
   TempDir out;
-  ingest::BuildOptions o;
-  o.src = kFashion;
-  o.out = out.path();
+  ingest::BuildOptions o = BuildOf(kFashion, out.path());
   o.channels = 1;
   o.val_fraction = 0.2;
-  ingest::BuildResult r;
-  REQUIRE(ingest::BuildCache(o, nullptr, nullptr, &r).ok());
+  const Built b = Build(o);
+  REQUIRE(b.status.ToString() == "OK");
+  CHECK(b.result.caches == std::vector<std::string>{out / "train", out / "val"});
   std::unique_ptr<CacheReader> tr, va;
   REQUIRE(CacheReader::Open(out / "train", ReaderOptions(), &tr).ok());
   REQUIRE(CacheReader::Open(out / "val", ReaderOptions(), &va).ok());
   CHECK(tr->size() + va->size() == 300);
   CHECK(va->size() > 30);
   CHECK(va->size() < 90);
-  // `kiln verify OUT` checks both splits; a damaged one fails it.
-  std::string log;
-  CHECK(Kiln("verify " + out.path(), &log) == 0);
-  CHECK_THAT(log, Catch::Contains(out / "train") && Catch::Contains(out / "val"));
-  CHECK(Kiln("verify " + out.path() + " --json", &log) == 0);
-  CHECK_THAT(log, Catch::Contains("\"splits\"") && Catch::Contains("\"val\""));
-  fs::remove(out / "val/manifest.json");
-  CHECK(Kiln("verify " + out.path(), &log) == 1);
-  CHECK_THAT(log, Catch::Contains("incomplete"));
+  CHECK(Problems(out / "train") == "");
+  CHECK(Problems(out / "val") == "");
+  // `kiln verify OUT`, which checks both splits, is tested in tests/tools.
 }
 
 TEST_CASE("verify sources and deep levels against the build's sources", "[build][verify]") {
   TempDir src, out;
   MakePhotoFolder(src.path(), 2);
   const std::string cache = out / "c";
-  std::string log;
-  REQUIRE(Kiln("build " + src.path() + " " + cache + " --resize 40 --crop 32 --progress none", &log) == 0);
-  for (const char* level : {"quick", "full", "sources", "deep"}) {
-    INFO(level);
-    CHECK(Kiln("verify " + cache + " --level " + level + " --sample 0", &log) == 0);
-  }
+  ingest::BuildOptions o = BuildOf(src.path(), cache);
+  o.resize = 40;
+  o.crop = 32;
+  REQUIRE(Build(o).status.ToString() == "OK");
+  CHECK(Problems(cache, VerifyLevel::kQuick) == "");
+  CHECK(Problems(cache, VerifyLevel::kFull) == "");
+  CHECK(SourceProblems(cache, ingest::SourceCheck::kSources) == "");
+  CHECK(SourceProblems(cache, ingest::SourceCheck::kDeep) == "");
   ingest::SourceList list;
   REQUIRE(ingest::ListImageFolder(src.path(), &list).ok());
   const std::string victim = list.root + "/" + list.items[3].rel_path;
   SECTION("a source modified after the build: stale at level sources") {
     std::string bytes = ReadFile(victim);
     WriteFile(victim, bytes + "x");
-    CHECK(Kiln("verify " + cache + " --level full", &log) == 0);
-    CHECK(Kiln("verify " + cache + " --level sources", &log) == 1);
-    CHECK_THAT(log, Catch::Contains("record 3") && Catch::Contains(list.items[3].rel_path) &&
-                        Catch::Contains("changed"));
+    CHECK(Problems(cache, VerifyLevel::kFull) == "");
+    CHECK_THAT(
+        SourceProblems(cache, ingest::SourceCheck::kSources),
+        Catch::Contains("record 3 (" + list.items[3].rel_path + ")") && Catch::Contains("changed"));
     fs::copy_file(kPhotos + "/chelsea.jpg", src / "cats/new.jpg");
-    CHECK(Kiln("verify " + cache + " --level sources --json", &log) == 1);
-    CHECK_THAT(log, Catch::Contains("\"source\": \"cats/new.jpg\"") && Catch::Contains("added"));
+    CHECK_THAT(SourceProblems(cache, ingest::SourceCheck::kSources),
+               Catch::Contains("(cats/new.jpg)") && Catch::Contains("added"));
   }
   SECTION("same size and mtime, other pixels: only deep finds it") {
     struct stat st;
     REQUIRE(stat(victim.c_str(), &st) == 0);
     std::string bytes = ReadFile(victim);
-    for (size_t i = bytes.size() / 2; i < bytes.size() / 2 + 40; ++i) bytes[i] = static_cast<char>(bytes[i] ^ 0x55);
+    for (size_t i = bytes.size() / 2; i < bytes.size() / 2 + 40; ++i)
+      bytes[i] = static_cast<char>(bytes[i] ^ 0x55);
     WriteFile(victim, bytes);
     const timespec times[2] = {st.st_atim, st.st_mtim};
     REQUIRE(utimensat(AT_FDCWD, victim.c_str(), times, 0) == 0);
-    CHECK(Kiln("verify " + cache + " --level sources", &log) == 0);
-    CHECK(Kiln("verify " + cache + " --level deep --sample 0", &log) == 1);
-    CHECK_THAT(log, Catch::Contains("record 3") && Catch::Contains(list.items[3].rel_path));
+    CHECK(SourceProblems(cache, ingest::SourceCheck::kSources) == "");
+    CHECK_THAT(SourceProblems(cache, ingest::SourceCheck::kDeep),
+               Catch::Contains("record 3 (" + list.items[3].rel_path + ")"));
   }
 }
 
 TEST_CASE("repair rewrites only the bad records and matches a fresh build", "[build][verify]") {
   TempDir src, out, ref;
   MakePhotoFolder(src.path(), 3);
-  const std::string opts = " --resize 40 --dtype float32 --shard-size 40K --progress none";
-  std::string log;
-  REQUIRE(Kiln("build " + src.path() + " " + out.path() + opts + " --crop 32", &log) == 0);
-  REQUIRE(Kiln("build " + src.path() + " " + ref.path() + opts + " --crop 32", &log) == 0);
+  ingest::BuildOptions o = BuildOf(src.path(), out.path());
+  o.resize = 40;
+  o.crop = 32;
+  o.dtype = DType::kFloat32;
+  o.shard_size = 40 << 10;
+  REQUIRE(Build(o).status.ToString() == "OK");
+  ingest::BuildOptions fresh_build = o;
+  fresh_build.out = ref.path();
+  REQUIRE(Build(fresh_build).status.ToString() == "OK");
   // Damage records 2 and 17 (two different shards) in place.
   for (uint64_t idx : {2ull, 17ull}) {
     std::string head;
@@ -369,14 +421,23 @@ TEST_CASE("repair rewrites only the bad records and matches a fresh build", "[bu
     bytes[at + 5] ^= 0x40;
     WriteFile(out / shard, bytes);
   }
-  CHECK(Kiln("verify " + out.path(), &log) == 1);
+  VerifyReport damaged;
+  REQUIRE(VerifyCache(out.path(), VerifyOptions(), &damaged).ok());
+  CHECK_FALSE(damaged.clean());
   const auto before = CacheFiles(out.path());
-  CHECK(Kiln("build " + src.path() + " " + out.path() + opts + " --crop 30 --repair", &log) == 2);
-  CHECK_THAT(log, Catch::Contains("original build"));
-  REQUIRE(Kiln("build " + src.path() + " " + out.path() + opts + " --crop 32 --repair", &log) == 0);
+  ingest::BuildOptions other = o;
+  other.crop = 30;
+  other.repair = true;
+  const Built refused = Build(other);
+  CHECK(refused.status.IsInvalidArgument());
+  CHECK_THAT(refused.status.message(), Catch::Contains("original build"));
+  o.repair = true;
+  const Built repaired = Build(o);
+  REQUIRE(repaired.status.ToString() == "OK");
   // (The photos repeat, so the bytes searched for may hit an earlier copy.)
-  CHECK_THAT(log, Catch::Contains("repaired 2 record(s)"));
-  CHECK(Kiln("verify " + out.path(), &log) == 0);
+  CHECK_THAT(repaired.log, Catch::Contains("repaired 2 record(s)"));
+  CHECK(repaired.result.written == 2);
+  CHECK(Problems(out.path()) == "");
   const auto after = CacheFiles(out.path());
   const auto fresh = CacheFiles(ref.path());
   for (const auto& [name, data] : fresh) {

@@ -1,12 +1,16 @@
-// kiln merge: parts built apart join into what a one-part build writes;
-// missing, unfinished or different parts are named.
+// MergeParts: parts built apart join into what a one-part build writes;
+// missing, unfinished or different parts are named. The command's part
+// from the launcher's environment and its summary: tests/tools.
 #include <catch2/catch.hpp>
 #include <filesystem>
+#include <string>
 #include <tuple>
+#include <vector>
 
-#include "kiln/cache_reader.h"
-#include "kiln/manifest.h"
 #include "ingest_test_util.h"
+#include "kiln/cache_reader.h"
+#include "kiln/ingest/build.h"
+#include "kiln/manifest.h"
 #include "test_util.h"
 
 using namespace kiln;
@@ -25,7 +29,8 @@ std::vector<std::tuple<int64_t, uint64_t, std::string>> Records(const std::strin
   for (uint64_t i = 0; i < r->size(); ++i) {
     RecordView v;
     REQUIRE(txn->Get(i, &v, true).ok());
-    out.emplace_back(v.label, v.checksum, std::string(reinterpret_cast<const char*>(v.data), v.bytes));
+    out.emplace_back(v.label, v.checksum,
+                     std::string(reinterpret_cast<const char*>(v.data), v.bytes));
     txn->Reset();
   }
   return out;
@@ -36,35 +41,67 @@ std::string RecipeText(const std::string& dir) {
   REQUIRE(ReadManifest(dir, &m).ok());
   return m.preprocessing.ToJson();
 }
+
+// One MergeParts call of the parts found in OUT: its Status, result and lines.
+struct Merged {
+  Status status;
+  ingest::MergeResult result;
+  std::string log;
+};
+
+Merged Merge(const std::string& out) {
+  Merged m;
+  m.status = ingest::MergeParts(
+      out, {}, /*keep_parts=*/false, [&m](const std::string& l) { m.log += l + "\n"; }, &m.result);
+  return m;
+}
+
+// Builds part `part` of `num_parts` of the build `o`.
+Built BuildPart(ingest::BuildOptions o, int part, int num_parts) {
+  o.part = part;
+  o.num_parts = num_parts;
+  return Build(o);
+}
 }  // namespace
 
-TEST_CASE("parts built apart and merged equal a one-part build, record for record", "[build][merge]") {
+TEST_CASE("parts built apart and merged equal a one-part build, record for record",
+          "[build][merge]") {
   TempDir one, parts;
-  std::string log;
-  const std::string opts = " --channels 1 --shard-size 64K --progress none";
-  REQUIRE(Kiln("build " + kFashion + " " + one.path() + opts, &log) == 0);
-  for (int i = 0; i < 3; ++i)
-    REQUIRE(Kiln("build " + kFashion + " " + parts.path() + opts + " --num-parts 3 --part " +
-                     std::to_string(i), &log) == 0);
+  ingest::BuildOptions o = BuildOf(kFashion, one.path());
+  o.channels = 1;
+  o.shard_size = 64 << 10;
+  REQUIRE(Build(o).status.ToString() == "OK");
+  o.out = parts.path();
+  for (int i = 0; i < 3; ++i) REQUIRE(BuildPart(o, i, 3).status.ToString() == "OK");
   REQUIRE(fs::exists(parts / "part-00002-of-00003/manifest.json"));
-  // A part verifies on its own, but is not trained on before the merge.
-  CHECK(Kiln("verify " + parts / "part-00001-of-00003", &log) == 0);
-  CHECK(Kiln("inspect " + parts / "part-00001-of-00003", &log) == 0);
+  // A part verifies on its own and can be looked at, but is not trained on
+  // before the merge.
+  CHECK(Problems(parts / "part-00001-of-00003") == "");
+  ReaderOptions look;
+  look.allow_part = true;
   std::unique_ptr<CacheReader> reader;
-  CHECK(CacheReader::Open(parts / "part-00001-of-00003", ReaderOptions(), &reader).IsNotSupported());
+  CHECK(CacheReader::Open(parts / "part-00001-of-00003", look, &reader).ok());
+  CHECK(
+      CacheReader::Open(parts / "part-00001-of-00003", ReaderOptions(), &reader).IsNotSupported());
 
   const auto inode = fs::hard_link_count(parts / "part-00000-of-00003/shard-00000.mdb");
   CHECK(inode == 1);
-  REQUIRE(Kiln("merge " + parts.path(), &log) == 0);
-  CHECK_THAT(log, Catch::Contains("no tensor data copied"));
-  CHECK_FALSE(fs::exists(parts / "part-00000-of-00003"));  // the parts are gone: their shards live on
+  const Merged m = Merge(parts.path());
+  REQUIRE(m.status.ToString() == "OK");
+  CHECK(m.result.copied_records == 0);  // every shard hard-linked
+  CHECK(m.result.parts == 3);
+  CHECK(m.result.records == 300);
+  CHECK_FALSE(
+      fs::exists(parts / "part-00000-of-00003"));  // the parts are gone: their shards live on
   CHECK(Records(parts.path()) == Records(one.path()));
   CHECK(RecipeText(parts.path()) == RecipeText(one.path()));
   CHECK(ReadFile(parts / "sources.tsv") == ReadFile(one / "sources.tsv"));
-  CHECK(Kiln("verify " + parts.path() + " --level sources", &log) == 0);
-  // The one-part command sees the merged cache as its own.
-  REQUIRE(Kiln("build " + kFashion + " " + parts.path() + opts, &log) == 0);
-  CHECK_THAT(log, Catch::Contains("up to date"));
+  CHECK(SourceProblems(parts.path(), ingest::SourceCheck::kSources) == "");
+  // The one-part build sees the merged cache as its own.
+  const Built again = Build(o);
+  REQUIRE(again.status.ToString() == "OK");
+  CHECK(again.result.up_to_date);
+  CHECK_THAT(again.log, Catch::Contains("up to date"));
   // And repairs it: a damaged record is rewritten to the one-part bytes.
   std::string payload, shard;
   {
@@ -80,53 +117,64 @@ TEST_CASE("parts built apart and merged equal a one-part build, record for recor
   REQUIRE(at != std::string::npos);
   bytes[at + 10] ^= 0x10;
   WriteFile(shard, bytes);
-  CHECK(Kiln("verify " + parts.path(), &log) == 1);
-  REQUIRE(Kiln("build " + kFashion + " " + parts.path() + opts + " --repair", &log) == 0);
-  CHECK(Kiln("verify " + parts.path(), &log) == 0);
+  VerifyReport damaged;
+  REQUIRE(VerifyCache(parts.path(), VerifyOptions(), &damaged).ok());
+  CHECK_FALSE(damaged.clean());
+  o.repair = true;
+  REQUIRE(Build(o).status.ToString() == "OK");
+  CHECK(Problems(parts.path()) == "");
   CHECK(Records(parts.path()) == Records(one.path()));
 }
 
-TEST_CASE("parts from the launcher's environment, with a validation split", "[build][merge]") {
+TEST_CASE("parts with a validation split merge into both splits", "[build][merge]") {
   TempDir one, parts;
-  std::string log;
-  const std::string opts = " --channels 1 --val-fraction 0.2 --progress none";
-  REQUIRE(Kiln("build " + kFashion + " " + one.path() + opts, &log) == 0);
-  REQUIRE(RunCommand("RANK=0 WORLD_SIZE=2 " + std::string(KILN_BIN) + " build " + kFashion + " " +
-                         parts.path() + opts, &log) == 0);
-  CHECK_THAT(log, Catch::Contains("part 0 of 2 (from RANK/WORLD_SIZE)"));
-  REQUIRE(RunCommand("SLURM_PROCID=1 SLURM_NTASKS=2 " + std::string(KILN_BIN) + " build " +
-                         kFashion + " " + parts.path() + opts, &log) == 0);
+  ingest::BuildOptions o = BuildOf(kFashion, one.path());
+  o.channels = 1;
+  o.val_fraction = 0.2;
+  REQUIRE(Build(o).status.ToString() == "OK");
+  o.out = parts.path();
+  REQUIRE(BuildPart(o, 0, 2).status.ToString() == "OK");
+  REQUIRE(BuildPart(o, 1, 2).status.ToString() == "OK");
   REQUIRE(fs::exists(parts / "train/part-00001-of-00002/manifest.json"));
   REQUIRE(fs::exists(parts / "val/part-00000-of-00002/manifest.json"));
-  REQUIRE(Kiln("merge " + parts.path(), &log) == 0);
+  const Merged m = Merge(parts.path());
+  REQUIRE(m.status.ToString() == "OK");
+  CHECK(m.result.caches == std::vector<std::string>{parts / "train", parts / "val"});
   for (const char* split : {"train", "val"}) {
     INFO(split);
     CHECK(Records(parts / split) == Records(one / split));
   }
-  CHECK(RunCommand("RANK=3 WORLD_SIZE=2 " + std::string(KILN_BIN) + " build " + kFashion + " " +
-                       parts.path() + "/x" + opts, &log) == 2);
 }
 
 TEST_CASE("merge names a missing, unfinished or different part", "[build][merge]") {
   TempDir parts;
-  std::string log;
-  const std::string opts = " --channels 1 --progress none --num-parts 3";
-  REQUIRE(Kiln("build " + kFashion + " " + parts.path() + opts + " --part 0", &log) == 0);
-  REQUIRE(Kiln("build " + kFashion + " " + parts.path() + opts + " --part 2", &log) == 0);
-  CHECK(Kiln("merge " + parts.path(), &log) == 2);
-  CHECK_THAT(log, Catch::Contains("part 1 of 3 is missing") && Catch::Contains("--part 1"));
+  ingest::BuildOptions o = BuildOf(kFashion, parts.path());
+  o.channels = 1;
+  REQUIRE(BuildPart(o, 0, 3).status.ToString() == "OK");
+  REQUIRE(BuildPart(o, 2, 3).status.ToString() == "OK");
+  const Merged missing = Merge(parts.path());
+  CHECK(missing.status.IsNotFound());
+  CHECK_THAT(missing.status.message(),
+             Catch::Contains("part 1 of 3 is missing") && Catch::Contains("--part 1"));
   // A part built with other options.
-  REQUIRE(Kiln("build " + kFashion + " " + parts.path() + opts + " --part 1 --dtype float32", &log) == 0);
-  CHECK(Kiln("merge " + parts.path(), &log) == 2);
-  CHECK_THAT(log, Catch::Contains("part-00001-of-00003 was built differently") &&
-                      Catch::Contains("dtype"));
+  ingest::BuildOptions f32 = o;
+  f32.dtype = DType::kFloat32;
+  REQUIRE(BuildPart(f32, 1, 3).status.ToString() == "OK");
+  const Merged different = Merge(parts.path());
+  CHECK(different.status.IsInvalidArgument());
+  CHECK_THAT(
+      different.status.message(),
+      Catch::Contains("part-00001-of-00003 was built differently") && Catch::Contains("dtype"));
   // An unfinished part (no manifest yet).
-  REQUIRE(Kiln("build " + kFashion + " " + parts.path() + opts + " --part 1 --force", &log) == 0);
+  o.force = true;
+  REQUIRE(BuildPart(o, 1, 3).status.ToString() == "OK");
   fs::remove(parts / "part-00001-of-00003/manifest.json");
-  CHECK(Kiln("merge " + parts.path(), &log) == 1);
-  CHECK_THAT(log, Catch::Contains("part-00001-of-00003") && Catch::Contains("did not finish"));
+  const Merged unfinished = Merge(parts.path());
+  CHECK(unfinished.status.IsCorruption());
+  CHECK_THAT(unfinished.status.message(),
+             Catch::Contains("part-00001-of-00003") && Catch::Contains("did not finish"));
   CHECK_FALSE(fs::exists(parts / "manifest.json"));
-  CHECK(Kiln("build " + kFashion + " " + parts.path() + " --channels 1 --num-parts 3 --part 3", &log) == 2);
+  CHECK(BuildPart(o, 3, 3).status.IsInvalidArgument());
 }
 
 TEST_CASE("merge re-indexes the parts after one that rejected inputs", "[build][merge]") {
@@ -134,16 +182,18 @@ TEST_CASE("merge re-indexes the parts after one that rejected inputs", "[build][
   // Two classes of photos, with a broken file early in the sorted order.
   MakePhotoFolder(src.path(), 3);
   WriteFile(src / "cats/0_broken.jpg", "not a jpeg at all\n");
-  std::string log;
-  const std::string opts = " --resize 32 --crop 32 --progress none";
-  REQUIRE(Kiln("build " + src.path() + " " + one.path() + opts, &log) == 0);
-  for (int i = 0; i < 2; ++i)
-    REQUIRE(Kiln("build " + src.path() + " " + parts.path() + opts + " --num-parts 2 --part " +
-                     std::to_string(i), &log) == 0);
-  REQUIRE(Kiln("merge " + parts.path(), &log) == 0);
-  CHECK_THAT(log, Catch::Contains("rewriting its") && Catch::Contains("records rewritten"));
+  ingest::BuildOptions o = BuildOf(src.path(), one.path());
+  o.resize = 32;
+  o.crop = 32;
+  REQUIRE(Build(o).status.ToString() == "OK");
+  o.out = parts.path();
+  for (int i = 0; i < 2; ++i) REQUIRE(BuildPart(o, i, 2).status.ToString() == "OK");
+  const Merged m = Merge(parts.path());
+  REQUIRE(m.status.ToString() == "OK");
+  CHECK_THAT(m.log, Catch::Contains("rewriting its"));
+  CHECK(m.result.copied_records > 0);
   CHECK(Records(parts.path()) == Records(one.path()));
   CHECK(ReadFile(parts / "sources.tsv") == ReadFile(one / "sources.tsv"));
   CHECK(ReadFile(parts / "rejects.tsv") == ReadFile(one / "rejects.tsv"));
-  CHECK(Kiln("verify " + parts.path() + " --level sources", &log) == 0);
+  CHECK(SourceProblems(parts.path(), ingest::SourceCheck::kSources) == "");
 }

@@ -1,0 +1,169 @@
+// The kiln build, merge and verify --level sources|deep commands: their
+// flags, the lines they print and their exit codes (0 ok, 1 bad data, 2
+// usage or environment). What the caches hold is tested through the
+// library in tests/ingest.
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "ingest/ingest_test_util.h"
+#include "kiln/manifest.h"
+#include "test_util.h"
+
+using namespace kiln;
+using namespace kiln::testing;
+namespace fs = std::filesystem;
+
+namespace {
+int Kiln(const std::string& args, std::string* out) {
+  return RunCommand(std::string(KILN_BIN) + " " + args, out);
+}
+}  // namespace
+
+TEST_CASE("kiln build: flags into options, its summary, up to date, stale exits 1", "[cli]") {
+  TempDir out;
+  const std::string cmd = "build " + kFashion + " " + out.path() + " --channels 1 --progress none";
+  std::string log;
+  REQUIRE(Kiln(cmd + " --dtype float16 --mean 0.5 --std 0.25", &log) == 0);
+  CHECK_THAT(log, Catch::Contains("kiln build: 300 written, 0 rejected") &&
+                      Catch::Contains("-> " + out.path()));
+  Manifest m;
+  REQUIRE(ReadManifest(out.path(), &m).ok());
+  CHECK(m.shape.ToString() == "1x28x28");
+  CHECK(m.dtype == DType::kFloat16);
+  CHECK(m.preprocessing.norm == NormKind::kExplicit);
+  CHECK(m.preprocessing.mean == std::vector<double>{0.5});
+  CHECK(m.preprocessing.std == std::vector<double>{0.25});
+  REQUIRE(Kiln(cmd + " --mean 0.5 --std 0.25", &log) == 0);
+  CHECK_THAT(log, Catch::Contains("up to date"));
+  CHECK_THAT(log, !Catch::Contains("written"));
+  CHECK(Kiln(cmd + " --mean 0.5 --std 0.25 --dtype float32", &log) == 1);
+  CHECK_THAT(log, Catch::Contains("dtype") && Catch::Contains("--force"));
+  CHECK(Kiln("verify " + out.path(), &log) == 0);
+  CHECK_THAT(log, Catch::Contains("OK: the cache is intact"));
+}
+
+TEST_CASE("kiln build names the first rejected input; under --strict it exits 1", "[cli]") {
+  TempDir src, out, strict_out;
+  fs::create_directories(src / "a");
+  fs::copy_file(kPhotos + "/chelsea.jpg", src / "a/good.jpg");
+  WriteFile(src / "a/bad.jpg", "this is not an image\n");
+  const std::string opts = " --resize 32 --progress none";
+  std::string log;
+  REQUIRE(Kiln("build " + src.path() + " " + out.path() + opts, &log) == 0);
+  CHECK_THAT(log, Catch::Contains("1 written, 1 rejected"));
+  CHECK_THAT(log,
+             Catch::Contains("listed in rejects.tsv; the first: ") && Catch::Contains("a/bad.jpg"));
+  CHECK(Kiln("build " + src.path() + " " + strict_out.path() + opts + " --strict", &log) == 1);
+  CHECK_THAT(log, Catch::Contains("a/bad.jpg") && Catch::Contains("--strict"));
+  CHECK_FALSE(fs::exists(strict_out / "manifest.json"));
+}
+
+TEST_CASE("kiln build: usage and environment errors exit 2", "[cli]") {
+  TempDir src, out;
+  MakePhotoFolder(src.path(), 1);
+  const std::string cmd = "build " + src.path() + " " + out.path() + " --progress none";
+  std::string log;
+  SECTION("flags that do not parse or do not go together") {
+    CHECK(Kiln(cmd + " --size 32", &log) == 2);
+    CHECK_THAT(log, Catch::Contains("--size '32'"));
+    CHECK(Kiln(cmd + " --mean 0.5,0.5,0.5", &log) == 2);
+    CHECK_THAT(log, Catch::Contains("--mean and --std go together"));
+    CHECK(Kiln(cmd + " --norm imagenet --mean 0.5,0.5,0.5 --std 1,1,1", &log) == 2);
+    CHECK(Kiln(cmd + " --norm bogus", &log) == 2);
+    CHECK(Kiln(cmd + " --dtype int7", &log) == 2);
+    CHECK(Kiln(cmd + " --shard-size lots", &log) == 2);
+    CHECK(Kiln(cmd + " --num-parts 3", &log) == 2);
+    CHECK_THAT(log, Catch::Contains("--num-parts and --part go together"));
+    CHECK(Kiln(cmd + " --num-parts 3 --part 3", &log) == 2);
+    CHECK(Kiln(cmd + " --progress sometimes", &log) == 2);
+    CHECK_FALSE(fs::exists(out / "manifest.json"));
+  }
+  SECTION("another build holds OUT; --repair with other arguments") {
+    REQUIRE(Kiln(cmd + " --resize 32", &log) == 0);
+    const int fd = ::open((out / ".kiln.lock").c_str(), O_RDWR | O_CREAT, 0644);
+    REQUIRE(fd >= 0);
+    REQUIRE(::flock(fd, LOCK_EX) == 0);
+    CHECK(Kiln(cmd + " --resize 32 --dtype float32 --force", &log) == 2);
+    CHECK_THAT(log, Catch::Contains("in use"));
+    ::close(fd);
+    CHECK(Kiln(cmd + " --resize 40 --repair", &log) == 2);
+    CHECK_THAT(log, Catch::Contains("original build"));
+    CHECK(Kiln(cmd + " --resize 32 --repair", &log) == 0);
+    CHECK_THAT(log, Catch::Contains("nothing to repair"));
+  }
+}
+
+TEST_CASE("kiln build takes its part from the launcher's environment; kiln merge joins them",
+          "[cli]") {
+  TempDir parts;
+  const std::string opts = " --channels 1 --val-fraction 0.2 --progress none";
+  const std::string build = std::string(KILN_BIN) + " build " + kFashion + " ";
+  std::string log;
+  REQUIRE(RunCommand("RANK=0 WORLD_SIZE=2 " + build + parts.path() + opts, &log) == 0);
+  CHECK_THAT(log, Catch::Contains("part 0 of 2 (from RANK/WORLD_SIZE)"));
+  REQUIRE(RunCommand("SLURM_PROCID=1 SLURM_NTASKS=2 " + build + parts.path() + opts, &log) == 0);
+  CHECK_THAT(log, Catch::Contains("part 1 of 2 (from SLURM_PROCID/SLURM_NTASKS)"));
+  REQUIRE(fs::exists(parts / "train/part-00001-of-00002/manifest.json"));
+  REQUIRE(fs::exists(parts / "val/part-00000-of-00002/manifest.json"));
+  CHECK(RunCommand("RANK=3 WORLD_SIZE=2 " + build + parts.path() + "/x" + opts, &log) == 2);
+  CHECK_THAT(log, Catch::Contains("not a rank within the world size"));
+  CHECK_FALSE(fs::exists(parts / "x"));
+  // A part can be verified and looked at before the merge.
+  CHECK(Kiln("verify " + parts / "train/part-00000-of-00002", &log) == 0);
+  CHECK(Kiln("inspect " + parts / "train/part-00000-of-00002", &log) == 0);
+  REQUIRE(Kiln("merge " + parts.path(), &log) == 0);
+  CHECK_THAT(log,
+             Catch::Contains("kiln merge: 4 parts") && Catch::Contains("no tensor data copied"));
+  CHECK(Kiln("verify " + parts.path(), &log) == 0);
+  // Nothing left to merge: a usage error.
+  CHECK(Kiln("merge " + parts.path(), &log) == 2);
+  CHECK_THAT(log, Catch::Contains("no part-*-of-* directories"));
+}
+
+TEST_CASE("kiln verify OUT of a --val-fraction build checks both splits", "[cli]") {
+  TempDir out;
+  std::string log;
+  REQUIRE(Kiln("build " + kFashion + " " + out.path() +
+                   " --channels 1 --val-fraction 0.2 --progress none",
+               &log) == 0);
+  CHECK_THAT(log, Catch::Contains(out / "train") && Catch::Contains(out / "val"));
+  CHECK(Kiln("verify " + out.path(), &log) == 0);
+  CHECK_THAT(log, Catch::Contains(out / "train") && Catch::Contains(out / "val"));
+  CHECK(Kiln("verify " + out.path() + " --json", &log) == 0);
+  CHECK_THAT(log, Catch::Contains("\"splits\"") && Catch::Contains("\"val\""));
+  fs::remove(out / "val/manifest.json");
+  CHECK(Kiln("verify " + out.path(), &log) == 1);
+  CHECK_THAT(log, Catch::Contains("incomplete"));
+}
+
+TEST_CASE("kiln verify --level sources and deep: exit 1 naming the record's source", "[cli]") {
+  TempDir src, out;
+  MakePhotoFolder(src.path(), 2);
+  const std::string cache = out / "c";
+  std::string log;
+  REQUIRE(Kiln("build " + src.path() + " " + cache + " --resize 40 --crop 32 --progress none",
+               &log) == 0);
+  for (const char* level : {"quick", "full", "sources", "deep"}) {
+    INFO(level);
+    CHECK(Kiln("verify " + cache + " --level " + level + " --sample 0", &log) == 0);
+    CHECK_THAT(log, Catch::Contains(std::string("(level ") + level + ")"));
+  }
+  CHECK(Kiln("verify " + cache + " --level everything", &log) == 2);
+  const std::string victim =
+      "dogs/" + fs::directory_iterator(src / "dogs")->path().filename().string();
+  WriteFile(src / victim, ReadFile(src / victim) + "x");
+  CHECK(Kiln("verify " + cache + " --level full", &log) == 0);
+  CHECK(Kiln("verify " + cache + " --level sources", &log) == 1);
+  CHECK_THAT(log, Catch::Contains("PROBLEM record ") && Catch::Contains("(" + victim + ")") &&
+                      Catch::Contains("changed"));
+  fs::copy_file(kPhotos + "/chelsea.jpg", src / "cats/new.jpg");
+  CHECK(Kiln("verify " + cache + " --level sources --json", &log) == 1);
+  CHECK_THAT(log, Catch::Contains("\"source\": \"cats/new.jpg\"") && Catch::Contains("added"));
+  CHECK(Kiln("verify " + cache + " --level deep --sample 0", &log) == 1);
+}
