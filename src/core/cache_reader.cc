@@ -7,7 +7,7 @@ namespace kiln {
 
 class CacheReader::ShardEnv {
  public:
-  LmdbEnv env;
+  std::shared_ptr<const LmdbEnv> env;  // shared with other readers of the file
 };
 
 struct ReadTxn::Shard {
@@ -42,10 +42,10 @@ Status CacheReader::Open(const std::string& dir, const ReaderOptions& options,
                                 " bytes, the manifest says " + std::to_string(s.bytes) +
                                 (size < s.bytes ? " (truncated)" : " (modified)"));
     auto env = std::make_unique<ShardEnv>();
-    KILN_RETURN_IF_ERROR(env->env.OpenForRead(path, options.max_readers)
+    KILN_RETURN_IF_ERROR(OpenSharedForRead(path, options.max_readers, &env->env)
                              .WithContext("opening shard"));
     uint64_t entries = 0;
-    KILN_RETURN_IF_ERROR(env->env.Entries(&entries));
+    KILN_RETURN_IF_ERROR(env->env->Entries(&entries));
     if (entries != s.count)
       return Status::Corruption(path + ": shard holds " + std::to_string(entries) +
                                 " records, the manifest says " + std::to_string(s.count));
@@ -82,7 +82,7 @@ Status ReadTxn::Get(uint64_t index, RecordView* out, bool verify_checksum) {
   if (si < 0)
     return Status::NotFound("record " + std::to_string(index) + " is past the end of the cache (" +
                             std::to_string(m.count) + " records)");
-  const LmdbEnv& env = reader_->shard_env(si).env;
+  const LmdbEnv& env = *reader_->shard_env(si).env;
   auto& shard = shards_[si];
   if (!shard->begun) {
     KILN_RETURN_IF_ERROR(shard->txn.Begin(env, /*read_only=*/true));

@@ -1,8 +1,12 @@
 #include "core/lmdb_env.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 namespace kiln {
 
@@ -70,6 +74,37 @@ Status LmdbEnv::OpenForWrite(const std::string& path, uint64_t map_size) {
   mdb_env_info(env_, &info);
   map_size_ = info.me_mapsize;
   return OpenDbi(/*write=*/true);
+}
+
+Status OpenSharedForRead(const std::string& path, unsigned max_readers,
+                         std::shared_ptr<const LmdbEnv>* out) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return LmdbStatus(errno, path);
+  using Key = std::tuple<pid_t, dev_t, ino_t>;
+  static std::mutex mu;
+  static std::map<Key, std::weak_ptr<const LmdbEnv>> open;
+  const Key key{::getpid(), st.st_dev, st.st_ino};
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = open.find(key);
+  if (it != open.end()) {
+    if (std::shared_ptr<const LmdbEnv> env = it->second.lock()) {
+      *out = std::move(env);
+      return Status::OK();
+    }
+  }
+  auto env = std::make_unique<LmdbEnv>();
+  KILN_RETURN_IF_ERROR(env->OpenForRead(path, max_readers));
+  // Closed under the lock, so that no new environment on the file is
+  // opened while this one's close clears the process's reader slots.
+  std::shared_ptr<const LmdbEnv> shared(env.release(), [key](const LmdbEnv* e) {
+    std::lock_guard<std::mutex> l(mu);
+    delete e;
+    auto i = open.find(key);
+    if (i != open.end() && i->second.expired()) open.erase(i);
+  });
+  open[key] = shared;
+  *out = std::move(shared);
+  return Status::OK();
 }
 
 Status LmdbEnv::OpenForRead(const std::string& path, unsigned max_readers) {

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "kiln/status.h"
@@ -50,6 +51,17 @@ class LmdbEnv {
   uint64_t map_size_ = 0;
   std::string path_;
 };
+
+// Opens `path` read-only (as LmdbEnv::OpenForRead) once per process: while
+// an environment on the same file (device and inode) is open in this
+// process, it is shared. LMDB forbids two environments on one file in one
+// process: closing either clears every reader slot of this process in the
+// lock file, so the other's next read fails with MDB_BAD_RSLOT (seen with
+// two kiln.Cache objects of one cache in Python). A forked child gets its
+// own (an environment must not cross fork). The first opener's
+// `max_readers` holds while the environment is shared.
+Status OpenSharedForRead(const std::string& path, unsigned max_readers,
+                         std::shared_ptr<const LmdbEnv>* out);
 
 class LmdbTxn;
 

@@ -125,12 +125,13 @@ class Verifier {
                                  (size < info.bytes ? " (truncated)" : " (modified)"));
       if (size < info.bytes) return;  // reading a truncated map could fault
     }
-    LmdbEnv env;
-    s = env.OpenForRead(path, 16);
+    std::shared_ptr<const LmdbEnv> shared;  // shared with a reader of the file in this process
+    s = OpenSharedForRead(path, 16, &shared);
     if (!s.ok()) {
       Problem(Kind::kShardFile, -1, info.file, "cannot open shard: " + s.message());
       return;
     }
+    const LmdbEnv& env = *shared;
     LmdbTxn txn;
     s = txn.Begin(env, true);
     if (!s.ok()) {

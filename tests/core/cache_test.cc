@@ -259,3 +259,38 @@ TEST_CASE("a writer dropped mid-shard resumes to the bytes of an uninterrupted o
     CHECK(ReadFile(dir / "manifest.json") == ReadFile(ref / "manifest.json"));
   }
 }
+
+TEST_CASE("two readers of one cache in a process: closing one leaves the other reading",
+          "[cache]") {
+  // LMDB clears all of a process's reader slots in a file's lock table when
+  // any environment on that file closes; the readers share one environment
+  // per shard so that closing a reader (or a verify) cannot break another.
+  TempDir dir;
+  WriteTestCache(dir.path(), 50, DType::kFloat16, MakeShape({3, 4, 4}), 10, 4096);
+  std::unique_ptr<CacheReader> a;
+  REQUIRE(CacheReader::Open(dir.path(), ReaderOptions(), &a).ok());
+  REQUIRE(a->manifest().shards.size() > 1);
+  auto txn = a->BeginRead();
+  RecordView v;
+  REQUIRE(txn->Get(3, &v, true).ok());
+  txn->Reset();  // a loader's worker between batches: its slots are reserved
+  for (int round = 0; round < 2; ++round) {
+    std::unique_ptr<CacheReader> b;
+    REQUIRE(CacheReader::Open(dir.path(), ReaderOptions(), &b).ok());
+    auto other = b->BeginRead();
+    REQUIRE(other->Get(40, &v, true).ok());
+    other.reset();
+    b.reset();
+    VerifyOptions vo;
+    vo.level = VerifyLevel::kFull;
+    VerifyReport report;
+    REQUIRE(VerifyCache(dir.path(), vo, &report).ok());
+    CHECK(report.clean());
+  }
+  for (uint64_t i : {3ull, 25ull, 49ull}) {
+    Status s = txn->Get(i, &v, true);
+    INFO(s.ToString());
+    REQUIRE(s.ok());
+    CHECK(v.label == static_cast<int64_t>(i % 10));
+  }
+}
