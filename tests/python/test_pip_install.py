@@ -3,7 +3,7 @@
 
 Usage: test_pip_install.py PROJECT_SOURCE_DIR SYNTH_BIN
 
-Copies the sources the build needs (CMakeLists.txt, include/, src/, tools/, python/)
+Copies the sources the build needs (CMakeLists.txt, cmake/, include/, src/, tools/, python/)
 into a temp dir, so that the in-tree build leaves the checkout alone, makes a
 virtual environment that sees Debian's packages (--system-site-packages:
 numpy, torch, setuptools), runs
@@ -50,7 +50,7 @@ try:
     repo = os.path.join(tmp, "repo")
     os.makedirs(repo)
     shutil.copy(os.path.join(SRC, "CMakeLists.txt"), repo)
-    for d in ("include", "src", "tools", "python"):
+    for d in ("cmake", "include", "src", "tools", "python"):
         shutil.copytree(os.path.join(SRC, d), os.path.join(repo, d),
                         ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
     env_dir = os.path.join(tmp, "venv")
