@@ -175,6 +175,9 @@ KILN_COMMAND(Command{
                       "OUT/part-IIIII-of-NNNNN; default from RANK/WORLD_SIZE, SLURM_PROCID/"
                       "SLURM_NTASKS or OMPI_COMM_WORLD_RANK/SIZE");
       sub->add_option("--part", a->part, "which part, 0 <= part < num-parts");
+      AddExamples(sub, {"kiln build SRC OUT --resize 256 --crop 224 --norm imagenet",
+                            "kiln build SRC OUT --size 28x28 --channels 1 --norm auto "
+                            "--val-fraction 0.1"});
       return [a] { return RunBuild(*a); };
     }});
 
@@ -202,6 +205,7 @@ KILN_COMMAND(Command{
       sub->add_option("PART", *parts, "part directories (default: OUT's part-*-of-*, also in "
                                       "OUT/train and OUT/val)");
       sub->add_flag("--keep-parts", *keep, "leave the part directories in place");
+      AddExamples(sub, {"kiln merge OUT   # after kiln build SRC OUT --num-parts N --part i"});
       return [out, parts, keep] { return RunMerge(*out, *parts, *keep); };
     }});
 

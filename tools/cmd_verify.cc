@@ -110,6 +110,8 @@ KILN_COMMAND(Command{"verify", "Check a cache: manifest, shards, headers, checks
                        sub->add_option("--threads", a->threads, "worker threads (0 = all cores)");
                        sub->add_option("--progress", a->progress,
                                        "auto | tty | plain | json | none (on stderr)");
+                       AddExamples(sub, {"kiln verify OUT", "kiln verify OUT --level deep "
+                                                                "--sample 100 --json"});
                        return [a] { return RunVerify(*a); };
                      }});
 

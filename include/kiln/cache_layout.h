@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "kiln/status.h"
+
 namespace kiln {
 
 inline constexpr const char* kManifestName = "manifest.json";
@@ -46,6 +48,14 @@ std::string PartDirName(int part, int num_parts);
 bool IsPartDirName(const std::string& name);
 // The split directories of a --val-fraction build, in order: "train", "val".
 const std::vector<std::string>& SplitDirs();
+// The cache that `path` and `split` name, for the commands that read one
+// cache (kiln export, kiln preview): `path` itself when it is a cache (it
+// holds a manifest or a build in progress, or is no directory) and `split`
+// is empty; path/split when `path` is the parent of a --val-fraction
+// build's splits (empty `split`: the first of SplitDirs()). Returns
+// InvalidArgument for a split not in SplitDirs(), or one asked of a cache
+// without splits, and NotFound when path/split is absent.
+Status ResolveSplitDir(const std::string& path, const std::string& split, std::string* dir);
 
 }  // namespace kiln
 
