@@ -126,6 +126,8 @@ int RunBuild(BuildArgs& a) {
     for (const auto& c : r.caches) std::cout << " " << c;
     std::cout << "\n";
   }
+  if (!r.duplicates_file.empty())
+    std::cout << DuplicateSummary(r.duplicates_file, r.duplicates) << "\n";
   return kExitOk;
 }
 
@@ -175,6 +177,9 @@ KILN_COMMAND(Command{
                       "OUT/part-IIIII-of-NNNNN; default from RANK/WORLD_SIZE, SLURM_PROCID/"
                       "SLURM_NTASKS or OMPI_COMM_WORLD_RANK/SIZE");
       sub->add_option("--part", a->part, "which part, 0 <= part < num-parts");
+      AddExamples(sub, {"kiln build SRC OUT --resize 256 --crop 224 --norm imagenet",
+                            "kiln build SRC OUT --size 28x28 --channels 1 --norm auto "
+                            "--val-fraction 0.1"});
       return [a] { return RunBuild(*a); };
     }});
 
@@ -189,6 +194,7 @@ int RunMerge(const std::string& out, const std::vector<std::string>& parts, bool
   std::cout << " (" << (r.copied_records ? std::to_string(r.copied_records) + " records rewritten"
                                          : std::string("no tensor data copied"))
             << ")\n";
+  std::cout << DuplicateSummary(r.duplicates_file, r.duplicates) << "\n";
   return kExitOk;
 }
 
@@ -202,6 +208,7 @@ KILN_COMMAND(Command{
       sub->add_option("PART", *parts, "part directories (default: OUT's part-*-of-*, also in "
                                       "OUT/train and OUT/val)");
       sub->add_flag("--keep-parts", *keep, "leave the part directories in place");
+      AddExamples(sub, {"kiln merge OUT   # after kiln build SRC OUT --num-parts N --part i"});
       return [out, parts, keep] { return RunMerge(*out, *parts, *keep); };
     }});
 

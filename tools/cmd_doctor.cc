@@ -33,6 +33,7 @@ KILN_COMMAND(Command{"doctor",
                                        "verify --level quick");
                        sub->add_option("--cuda-library", o->cuda_library,
                                        "the CUDA driver library to probe (default libcuda.so.1)");
+                       AddExamples(sub, {"kiln doctor OUT/train", "kiln doctor"});
                        return [o] { return RunDoctorCommand(*o); };
                      }});
 

@@ -120,6 +120,7 @@ KILN_COMMAND(Command{"inspect", "Summarize a cache: records, shape, dtype, class
                        auto as_json = std::make_shared<bool>(false);
                        sub->add_option("CACHE", *dir, "cache directory")->required();
                        sub->add_flag("--json", *as_json, "print the manifest as JSON");
+                       AddExamples(sub, {"kiln inspect OUT/train", "kiln inspect OUT --json"});
                        return [dir, as_json] { return RunInspect(*dir, *as_json); };
                      }});
 

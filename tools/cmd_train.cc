@@ -109,6 +109,8 @@ KILN_COMMAND(Command{
       sub->add_option("--save", o.save, "checkpoint directory, written after every epoch");
       sub->add_option("--resume", o.resume, "continue from a checkpoint directory");
       sub->add_option("--export", o.export_path, "write the trained model as TorchScript FILE.pt");
+      AddExamples(sub, {"kiln train --data OUT/train --val OUT/val --model resnet18 --epochs 5",
+                            "kiln train --data OUT/train --model cnn --batch-size auto --save ckpt"});
       return [a] { return RunTrain(*a); };
     },
     "", TorchEnvironment()});

@@ -10,6 +10,8 @@
 #include "command.h"
 #include "progress_printer.h"
 #include "kiln/cache_layout.h"
+#include "kiln/cache_reader.h"
+#include "kiln/duplicates.h"
 #include "kiln/verify.h"
 
 namespace kiln::tools {
@@ -23,6 +25,7 @@ struct VerifyArgs {
   uint64_t sample = 64;
   uint64_t seed = 0;
   std::string progress = "auto";
+  std::string against;  // another cache: report the records of CACHE also in it
 };
 
 // Verifies one cache; with --json its report goes to *json_out if given.
@@ -72,6 +75,69 @@ int VerifyOne(const VerifyArgs& a, std::string* json_out = nullptr) {
   return r.clean() ? kExitOk : kExitBadData;
 }
 
+// --against OTHER: the records of a.dir whose pixels are also in OTHER
+// (a val cache against the train cache built separately). Exit 1 when some
+// are; a usage error when the two caches' records cannot be compared.
+int CheckAgainst(const VerifyArgs& a, nlohmann::json* doc) {
+  std::unique_ptr<CacheReader> mine, other;
+  Status s = CacheReader::Open(a.dir, ReaderOptions(), &mine);
+  if (s.ok()) s = CacheReader::Open(a.against, ReaderOptions(), &other);
+  if (!s.ok()) return ReportError("verify", s);
+  const Manifest &m = mine->manifest(), &o = other->manifest();
+  auto recipe = [](const Manifest& x) {
+    std::string r = std::string(DTypeName(x.dtype)) + " " + x.shape.ToString();
+    if (x.dtype != DType::kUint8) {
+      r += " mean";
+      for (double v : x.preprocessing.mean) r += " " + std::to_string(v);
+      r += " std";
+      for (double v : x.preprocessing.std) r += " " + std::to_string(v);
+    }
+    return r;
+  };
+  if (recipe(m) != recipe(o))
+    return ReportError("verify",
+                       Status::InvalidArgument(
+                           "--against " + a.against + ": its records (" + recipe(o) +
+                           ") cannot be compared with those of " + a.dir + " (" + recipe(m) +
+                           "): overlap is found between caches built with the same dtype, size "
+                           "and normalization"));
+  std::vector<std::vector<RecordPrint>> prints(2);
+  s = FingerprintCache(*mine, a.threads, &prints[0]);
+  if (s.ok()) s = FingerprintCache(*other, a.threads, &prints[1]);
+  if (!s.ok()) return ReportError("verify", s);
+  const std::vector<DuplicateGroup> groups = FindDuplicates(prints);
+  const DuplicateCounts c = CountDuplicates(groups, 0, 1);
+  // Each record of a.dir found in OTHER, with the first OTHER record it equals.
+  nlohmann::json pairs = nlohmann::json::array();
+  for (const DuplicateGroup& g : groups) {
+    if (!g.spans(0, 1)) continue;
+    uint64_t theirs = 0;
+    for (const DuplicateMember& x : g.members)
+      if (x.cache == 1) {
+        theirs = x.record;
+        break;
+      }
+    for (const DuplicateMember& x : g.members)
+      if (x.cache == 0) pairs.push_back({{"record", x.record}, {"other_record", theirs}});
+  }
+  if (doc != nullptr) {
+    (*doc)["against"] = {{"cache", a.against}, {"overlap", c.overlap}, {"records", pairs}};
+  } else {
+    std::cout << "against " << a.against << ": " << c.overlap << " of " << mine->size()
+              << " records are also in it\n";
+    for (size_t i = 0; i < pairs.size() && i < 10; ++i)
+      std::cout << "  record " << pairs[i]["record"].get<uint64_t>() << " = record "
+                << pairs[i]["other_record"].get<uint64_t>() << " of " << a.against << "\n";
+    if (pairs.size() > 10) std::cout << "  ... and " << pairs.size() - 10 << " more (--json lists all)\n";
+    if (c.overlap > 0)
+      std::cout << "FAILED: " << c.overlap << " record(s) of " << a.dir << " are in "
+                << a.against
+                << ": a model trained on it is validated on images it has seen; build both "
+                   "splits from one source tree with kiln build --val-fraction, or remove them\n";
+  }
+  return c.overlap > 0 ? kExitBadData : kExitOk;
+}
+
 // `kiln build --val-fraction` writes OUT/train and OUT/val: `kiln verify
 // OUT` checks both (with --json: {"splits": {"train": ..., "val": ...}}).
 int RunVerify(const VerifyArgs& a) {
@@ -83,6 +149,25 @@ int RunVerify(const VerifyArgs& a) {
   std::vector<std::string> splits;
   for (const std::string& split : SplitDirs())
     if (!cache && fs::is_directory(fs::path(a.dir) / split, ec)) splits.push_back(split);
+  if (!a.against.empty()) {
+    if (!splits.empty())
+      return ReportError("verify", Status::InvalidArgument(
+                                       "--against compares one cache with another: give " +
+                                       (fs::path(a.dir) / SplitDirs()[1]).string() + " --against " +
+                                       (fs::path(a.dir) / SplitDirs()[0]).string()));
+    std::string text;
+    const int rc = VerifyOne(a, a.json ? &text : nullptr);
+    if (rc != kExitOk) {
+      if (a.json) std::cout << text;
+      return rc;
+    }
+    if (!a.json) return CheckAgainst(a, nullptr);
+    nlohmann::json doc = nlohmann::json::parse(text);
+    const int overlap = CheckAgainst(a, &doc);
+    if (overlap == kExitUsage) return overlap;
+    std::cout << doc.dump(2) << "\n";
+    return overlap;
+  }
   if (splits.empty()) return VerifyOne(a);
   int rc = kExitOk;
   nlohmann::json docs = nlohmann::json::object();
@@ -106,10 +191,16 @@ KILN_COMMAND(Command{"verify", "Check a cache: manifest, shards, headers, checks
                        sub->add_option("--sample", a->sample,
                                        "deep: records preprocessed again (default 64, 0 = all)");
                        sub->add_option("--seed", a->seed, "deep: seed of the sample");
+                       sub->add_option("--against", a->against,
+                                       "another cache (the train split of a val cache): "
+                                       "report records with the same pixels in both (exit 1)");
                        sub->add_flag("--json", a->json, "print the report as one JSON document");
                        sub->add_option("--threads", a->threads, "worker threads (0 = all cores)");
                        sub->add_option("--progress", a->progress,
                                        "auto | tty | plain | json | none (on stderr)");
+                       AddExamples(sub, {"kiln verify OUT", "kiln verify OUT --level deep "
+                                                                "--sample 100 --json",
+                                          "kiln verify VAL --against TRAIN"});
                        return [a] { return RunVerify(*a); };
                      }});
 

@@ -3,12 +3,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
 
+#include "kiln/suggest.h"
 #include "kiln/units.h"
 
 namespace kiln::tools {
@@ -60,11 +62,63 @@ void AddBenchOptions(CLI::App* sub, BenchArgs* a) {
   sub->add_option("--device", a->device,
                   "cpu (default), or cuda / cuda:N: the tensor loader onto the GPU, with the "
                   "pinned host-to-device floor (runs kiln-train)");
+  AddExamples(sub, {"kiln bench OUT/train --batch 256 --workers 2", "kiln bench OUT/train "
+                                                                        "--device cuda"});
 }
 
 int ReportError(const std::string& cmd, const Status& s) {
   std::cerr << "kiln " << cmd << ": " << s.ToString() << "\n";
   return (s.IsCorruption() || s.IsStale() || s.IsIncomplete()) ? kExitBadData : kExitUsage;
+}
+
+void AddExamples(CLI::App* sub, const std::vector<std::string>& lines) {
+  std::string s = "Examples:";
+  for (const std::string& l : lines) s += "\n  " + l;
+  const std::string inherited = sub->get_footer();
+  sub->footer(inherited.empty() ? s : s + "\n\n" + inherited);
+}
+
+std::string UnknownNameMessage(const CLI::App& app, int argc, const char* const* argv) {
+  if (argc < 2) return "";
+  const std::string first = argv[1];
+  const CLI::App* cmd = &app;
+  std::string who = "kiln";
+  int from = 1;
+  if (first.empty() || first[0] != '-') {
+    std::vector<std::string> names;
+    for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; }))
+      names.push_back(sub->get_name());
+    if (std::find(names.begin(), names.end(), first) == names.end()) {
+      const std::string near = DidYouMean(first, names);
+      std::string all;
+      for (const std::string& n : names) all += (all.empty() ? "" : ", ") + n;
+      return "kiln: unknown subcommand '" + first + "'" +
+             (near.empty() ? "; the subcommands are " + all : near);
+    }
+    cmd = app.get_subcommand(first);
+    who += " " + first;
+    from = 2;
+  }
+  std::vector<std::string> names;  // with their dashes: --resize, -h
+  for (const CLI::Option* o : cmd->get_options()) {
+    for (const std::string& n : o->get_lnames()) names.push_back("--" + n);
+    for (const std::string& n : o->get_snames()) names.push_back("-" + n);
+  }
+  for (int i = from; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--") break;  // the rest are positional
+    std::string name;
+    if (arg.size() > 2 && arg.compare(0, 2, "--") == 0) {
+      name = arg.substr(0, arg.find('='));
+    } else if (arg.size() > 1 && arg[0] == '-' && std::isalpha(static_cast<unsigned char>(arg[1]))) {
+      name = arg.substr(0, 2);  // -x, -xVALUE
+    } else {
+      continue;
+    }
+    if (std::find(names.begin(), names.end(), name) != names.end()) continue;
+    return who + ": unknown option " + name + DidYouMean(name, names);
+  }
+  return "";
 }
 
 std::string HumanBytes(double bytes) { return FormatByteSize(bytes); }

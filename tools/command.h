@@ -86,6 +86,19 @@ void AddBenchOptions(CLI::App* sub, BenchArgs* a);
 // bad data (Corruption, Stale, Incomplete) -> 1, everything else -> 2.
 int ReportError(const std::string& cmd, const Status& s);
 
+// Puts "Examples:" and the command lines `lines`, each a complete command
+// a user can adapt, at the top of the footer of `sub`'s --help (above what
+// it inherited from kiln's, the exit codes).
+void AddExamples(CLI::App* sub, const std::vector<std::string>& lines);
+
+// For a command line that CLI11 refused: "kiln build: unknown option
+// --resise; did you mean --resize?" for the first option that `app`'s
+// chosen subcommand (or `app` itself) does not have, or "kiln: unknown
+// subcommand 'biuld'; did you mean build?", with the nearest names
+// (kiln/suggest.h). "" when every name on the line is known: then CLI11's
+// own message says what is wrong.
+std::string UnknownNameMessage(const CLI::App& app, int argc, const char* const* argv);
+
 // Formats a byte count as "12.3 MB".
 std::string HumanBytes(double bytes);
 

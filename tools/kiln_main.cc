@@ -53,7 +53,10 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    app.exit(e);
+    // A mistyped name gets the nearest real ones; other errors CLI11's message.
+    const std::string unknown = UnknownNameMessage(app, argc, argv);
+    if (unknown.empty()) app.exit(e);
+    else std::cerr << unknown << "\nRun with --help for more information.\n";
     return kExitUsage;
   }
   try {

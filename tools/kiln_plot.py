@@ -67,8 +67,10 @@ def main(argv):
         argv = argv[1:]
     ap = argparse.ArgumentParser(prog="kiln plot", usage=USAGE, description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog="example: kiln train --data OUT/train --val OUT/val "
-                                        "--metrics m.jsonl && kiln plot m.jsonl -o curves.png")
+                                 epilog="Examples:\n"
+                                        "  kiln plot m.jsonl -o curves.png\n"
+                                        "  kiln train --data OUT/train --val OUT/val "
+                                        "--metrics m.jsonl && kiln plot m.jsonl -o curves.svg")
     ap.add_argument("metrics", help="the JSON-lines file of kiln train --metrics")
     ap.add_argument("-o", "--output", required=True, help="the image to write (.png, .svg, .pdf)")
     ap.add_argument("--title", default=None, help="figure title (default: the metrics file name)")

@@ -4,6 +4,7 @@
 //   shard-NNNNN.mdb        LMDB environments, one file each (LMDB adds NAME-lock)
 //   sources.tsv            every source file and the record it became (kiln build)
 //   rejects.tsv            inputs kiln build could not use, with the reason
+//   duplicates.tsv         records with the same pixels as another (kiln build; in OUT)
 //   build.json             the recipe of a build in progress (removed when it ends)
 //   rejects.partial        rejects of a build in progress, by source position
 //   .kiln.lock             flock(2) of the one writer
@@ -16,6 +17,8 @@
 
 #include <string>
 #include <vector>
+
+#include "kiln/status.h"
 
 namespace kiln {
 
@@ -31,6 +34,9 @@ inline constexpr const char* kReplaySuffix = ".replay";
 inline constexpr const char* kLockName = ".kiln.lock";
 inline constexpr const char* kSourcesTsvName = "sources.tsv";
 inline constexpr const char* kRejectsName = "rejects.tsv";
+// In OUT of kiln build (the cache, or the parent of train/ and val/): the
+// records that hold the same pixels as another, and train/val overlap.
+inline constexpr const char* kDuplicatesTsvName = "duplicates.tsv";
 inline constexpr const char* kBuildStateName = "build.json";
 inline constexpr const char* kRejectLogName = "rejects.partial";
 // Scratch directory of kiln merge for a part that needs new indices.
@@ -46,6 +52,14 @@ std::string PartDirName(int part, int num_parts);
 bool IsPartDirName(const std::string& name);
 // The split directories of a --val-fraction build, in order: "train", "val".
 const std::vector<std::string>& SplitDirs();
+// The cache that `path` and `split` name, for the commands that read one
+// cache (kiln export, kiln preview): `path` itself when it is a cache (it
+// holds a manifest or a build in progress, or is no directory) and `split`
+// is empty; path/split when `path` is the parent of a --val-fraction
+// build's splits (empty `split`: the first of SplitDirs()). Returns
+// InvalidArgument for a split not in SplitDirs(), or one asked of a cache
+// without splits, and NotFound when path/split is absent.
+Status ResolveSplitDir(const std::string& path, const std::string& split, std::string* dir);
 
 }  // namespace kiln
 

@@ -1,7 +1,9 @@
 #include "kiln/cache_layout.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <regex>
 
 namespace kiln {
@@ -32,6 +34,31 @@ bool IsPartDirName(const std::string& name) {
 const std::vector<std::string>& SplitDirs() {
   static const std::vector<std::string> dirs = {"train", "val"};
   return dirs;
+}
+
+Status ResolveSplitDir(const std::string& path, const std::string& split, std::string* dir) {
+  namespace fs = std::filesystem;
+  const std::vector<std::string>& splits = SplitDirs();
+  if (!split.empty() && std::find(splits.begin(), splits.end(), split) == splits.end())
+    return Status::InvalidArgument("--split " + split + ": expected train or val");
+  std::error_code ec;
+  const bool cache = fs::exists(fs::path(path) / kManifestName, ec) ||
+                     fs::exists(fs::path(path) / kBuildStateName, ec) ||
+                     !fs::is_directory(path, ec);
+  bool has_splits = false;
+  for (const std::string& s : splits) has_splits |= fs::is_directory(fs::path(path) / s, ec);
+  if (cache || !has_splits) {
+    if (!split.empty())
+      return Status::InvalidArgument("--split " + split + ": " + path +
+                                     " is one cache, not the parent of train/ and val/");
+    *dir = path;
+    return Status::OK();
+  }
+  const std::string chosen = split.empty() ? splits.front() : split;
+  *dir = (fs::path(path) / chosen).string();
+  if (!fs::is_directory(*dir, ec))
+    return Status::NotFound(path + " has no " + chosen + " split (no directory " + *dir + ")");
+  return Status::OK();
 }
 
 }  // namespace kiln

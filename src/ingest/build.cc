@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <numeric>
 
+#include "duplicate_report.h"
 #include "journal.h"
 #include "kiln/cache_layout.h"
 #include "kiln/cache_writer.h"
@@ -86,6 +87,15 @@ class Builder {
       KILN_RETURN_IF_ERROR(opt_.repair ? RepairCache(p.dir, recipe, pre, opt_.threads, info_, res_)
                                        : BuildOne(p, recipe, pre));
     }
+    // Duplicates need every record of every split: a part's are found by kiln merge.
+    if (opt_.repair || opt_.num_parts > 1) return Status::OK();
+    std::error_code ec;
+    const std::string report = opt_.out + "/" + kDuplicatesTsvName;
+    if (!built_any_ && fs::exists(report, ec)) return Status::OK();
+    std::vector<SplitCache> caches;
+    for (const Plan& p : plans) caches.push_back({p.split, p.dir});
+    KILN_RETURN_IF_ERROR(ReportDuplicates(opt_.out, caches, opt_.threads, &res_->duplicates));
+    res_->duplicates_file = report;
     return Status::OK();
   }
 
@@ -200,6 +210,11 @@ class Builder {
       return Status::OK();
     }
     const bool resume = start_kind == BuildStart::kResume;
+    // OUT's duplicate report describes the finished caches: it goes until
+    // this build has finished and written it anew.
+    built_any_ = true;
+    std::error_code ec;
+    fs::remove(opt_.out + "/" + kDuplicatesTsvName, ec);
     WriterOptions wo;
     wo.dtype = opt_.dtype;
     wo.shape = shape_;
@@ -308,6 +323,7 @@ class Builder {
   SourceList src_;
   Preprocessing recipe_;
   Shape shape_;
+  bool built_any_ = false;  // some cache was built or resumed by this run
 };
 
 }  // namespace

@@ -72,7 +72,7 @@ Status BeginFreshBuild(const std::string& dir, const Preprocessing& recipe) {
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string n = e.path().filename().string();
     if (IsShardFile(n) || n == kRejectLogName || n == kRejectsName || n == kBuildStateName ||
-        n == kSourcesTsvName)
+        n == kSourcesTsvName || n == kDuplicatesTsvName)
       fs::remove(e.path(), ec);
   }
   if (ec) return Status::IOError(dir + ": cannot clear (" + ec.message() + ")");
@@ -127,10 +127,7 @@ Status RejectLog::Add(size_t position, const std::string& path, std::string reas
 Status RejectLog::WriteTsv() const {
   std::string tsv = "path\treason\n";
   for (const auto& l : lines_) tsv += l + "\n";
-  std::ofstream out(dir_ + "/" + kRejectsName, std::ios::trunc);
-  out << tsv;
-  if (!out) return Status::IOError(dir_ + "/" + kRejectsName + ": cannot write");
-  return Status::OK();
+  return WriteFileAtomic(dir_, kRejectsName, std::string(kRejectsName) + ".tmp", tsv);
 }
 
 size_t ResumePoint(size_t sources, uint64_t written, const std::set<size_t>& rejected_before) {

@@ -12,9 +12,11 @@
 
 #include "kiln/cache_reader.h"
 #include "kiln/cache_writer.h"
+#include "kiln/file.h"
 #include "kiln/ingest/build.h"
 #include "kiln/manifest.h"
 #include "kiln/verify.h"
+#include "duplicate_report.h"
 #include "sources_tsv.h"
 
 namespace kiln::ingest {
@@ -231,13 +233,13 @@ Status MergeOne(const std::string& out, std::vector<std::string> dirs, bool keep
   }
   if (have_sources) KILN_RETURN_IF_ERROR(WriteSourcesTsv(out + "/" + kSourcesTsvName, sources));
   {
-    std::ofstream f(out + "/" + kRejectsName, std::ios::trunc);
-    f << "path\treason\n";
+    std::string rejects = "path\treason\n";
     for (const Part& p : parts) {
       std::vector<std::string> lines = ReadLines(p.dir + "/" + kRejectsName);
-      for (size_t i = 1; i < lines.size(); ++i) f << lines[i] << "\n";
+      for (size_t i = 1; i < lines.size(); ++i) rejects += lines[i] + "\n";
     }
-    if (!f) return Status::IOError(out + "/" + kRejectsName + ": cannot write");
+    KILN_RETURN_IF_ERROR(
+        WriteFileAtomic(out, kRejectsName, std::string(kRejectsName) + ".tmp", rejects));
   }
   KILN_RETURN_IF_ERROR(WriteManifest(out, merged));
 
@@ -268,12 +270,17 @@ Status MergeParts(const std::string& out, const std::vector<std::string>& parts,
                   const std::function<void(const std::string&)>& info, MergeResult* result) {
   MergeResult r;
   std::function<void(const std::string&)> say = info ? info : [](const std::string&) {};
+  std::vector<SplitCache> merged;  // what the duplicate report covers
+  std::error_code ec;
+  fs::remove(out + "/" + kDuplicatesTsvName, ec);
   if (!parts.empty()) {
     KILN_RETURN_IF_ERROR(MergeOne(out, parts, keep_parts, say, &r));
+    merged.push_back({"", out});
   } else {
     std::vector<std::string> here = FindParts(out);
     if (!here.empty()) {
       KILN_RETURN_IF_ERROR(MergeOne(out, here, keep_parts, say, &r));
+      merged.push_back({"", out});
     } else {
       for (const std::string& split : SplitDirs()) {
         const std::string dir = out + "/" + split;
@@ -284,8 +291,14 @@ Status MergeParts(const std::string& out, const std::vector<std::string>& parts,
         return Status::NotFound(out +
                                 ": no part-*-of-* directories here or in train/ and val/; "
                                 "give the parts: kiln merge OUT PART...");
+      // Both splits, when both are finished (one merged earlier counts).
+      for (const std::string& split : SplitDirs())
+        if (fs::exists(out + "/" + split + "/" + kManifestName, ec))
+          merged.push_back({split, out + "/" + split});
     }
   }
+  KILN_RETURN_IF_ERROR(ReportDuplicates(out, merged, 0, &r.duplicates));
+  r.duplicates_file = out + "/" + kDuplicatesTsvName;
   if (result) *result = std::move(r);
   return Status::OK();
 }

@@ -47,10 +47,11 @@ Status WriteSourcesTsv(const std::string& path, const std::vector<RecordedSource
     out += std::to_string(r.record) + "\t" + it.rel_path + "\t" + std::to_string(it.label) + "\t" +
            std::to_string(it.size) + "\t" + std::to_string(it.mtime_ns) + "\n";
   }
-  std::ofstream f(path, std::ios::trunc);
-  f << out;
-  f.flush();
-  return f ? Status::OK() : Status::IOError(path + ": cannot write");
+  // Written in full and fsynced before it is renamed into place.
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
+  const std::string name = path.substr(slash + 1);
+  return WriteFileAtomic(dir, name, name + ".tmp", out);
 }
 
 }  // namespace kiln::ingest

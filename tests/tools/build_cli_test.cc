@@ -167,3 +167,47 @@ TEST_CASE("kiln verify --level sources and deep: exit 1 naming the record's sour
   CHECK_THAT(log, Catch::Contains("\"source\": \"cats/new.jpg\"") && Catch::Contains("added"));
   CHECK(Kiln("verify " + cache + " --level deep --sample 0", &log) == 1);
 }
+
+TEST_CASE("kiln verify VAL --against TRAIN: val records also in train exit 1, naming them",
+          "[cli][duplicates]") {
+  TempDir val_src, out;
+  // Fashion's val images and three of its train images.
+  fs::copy(std::string(KILN_SAMPLE_DATA) + "/fashion/val", val_src.path(),
+           fs::copy_options::recursive);
+  std::vector<fs::path> train_files;
+  for (const auto& e : fs::recursive_directory_iterator(kFashion))
+    if (e.is_regular_file()) train_files.push_back(e.path());
+  std::sort(train_files.begin(), train_files.end());
+  for (int i = 0; i < 3; ++i)
+    fs::copy_file(train_files[i * 50], val_src / ("0_tshirt_top/from_train" + std::to_string(i) +
+                                                  ".png"));
+  const std::string opts = " --channels 1 --dtype uint8 --progress none";
+  std::string log;
+  REQUIRE(Kiln("build " + kFashion + " " + out / "train" + opts, &log) == 0);
+  CHECK_THAT(log, Catch::Contains("duplicates: none"));
+  REQUIRE(Kiln("build " + val_src.path() + " " + out / "val" + opts, &log) == 0);
+  REQUIRE(Kiln("build " + std::string(KILN_SAMPLE_DATA) + "/fashion/val " + out / "clean" + opts,
+               &log) == 0);
+
+  REQUIRE(Kiln("verify " + out / "val" + " --against " + out / "train", &log) == 1);
+  CHECK_THAT(log, Catch::Contains("OK: the cache is intact") &&
+                      Catch::Contains("against " + out / "train" + ": 3 of 103 records are also in it") &&
+                      Catch::Contains("FAILED: 3 record(s) of " + out / "val"));
+  // The copies sort after val's ten t-shirts (records 10..12); train_files[i]
+  // is train's record i (both sorted by path).
+  CHECK_THAT(log, Catch::Contains("  record 10 = record 0 of " + out / "train\n") &&
+                      Catch::Contains("  record 12 = record 100 of " + out / "train\n"));
+  REQUIRE(Kiln("verify " + out / "val" + " --against " + out / "train" + " --json", &log) == 1);
+  CHECK_THAT(log, Catch::Contains("\"overlap\": 3"));
+  REQUIRE(Kiln("verify " + out / "clean" + " --against " + out / "train", &log) == 0);
+  CHECK_THAT(log, Catch::Contains(": 0 of 100 records are also in it"));
+
+  // Records that cannot be compared, and a parent of splits: usage errors.
+  REQUIRE(Kiln("build " + val_src.path() + " " + out / "val16 --channels 1 --progress none", &log) ==
+          0);
+  REQUIRE(Kiln("verify " + out / "val16" + " --against " + out / "train", &log) == 2);
+  CHECK_THAT(log, Catch::Contains("cannot be compared with those of " + out / "val16"));
+  REQUIRE(Kiln("verify " + out.path() + " --against " + out / "train", &log) == 2);
+  CHECK_THAT(log, Catch::Contains("--against compares one cache with another: give " +
+                                  out / "val --against " + out / "train"));
+}

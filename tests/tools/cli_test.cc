@@ -5,6 +5,7 @@
 
 #include <catch2/catch.hpp>
 #include <filesystem>
+#include <sstream>
 
 #include "kiln/units.h"
 #include "test_util.h"
@@ -161,4 +162,51 @@ TEST_CASE("kiln inspect counts records per class and flags classes under 1% of t
   CHECK_THAT(out, Catch::Contains("  0=cat  400\n  1=dog  400\n  2=fox  98\n"
                                   "  3=yak  2  * under 1% of the mean\n"));
   CHECK_THAT(out, Catch::Contains("1 class under 1% of the mean count (*)"));
+}
+
+TEST_CASE("a mistyped option: exit 2 with the nearest option names", "[cli]") {
+  TempDir dir;
+  MakeCache(dir);
+  std::string out;
+  CHECK(Kiln("verify " + dir.path() + " --levle quick", &out) == 2);
+  CHECK_THAT(out, Catch::Contains("kiln verify: unknown option --levle; did you mean --level?"));
+  CHECK(Kiln("inspect " + dir.path() + " --JSON", &out) == 2);
+  CHECK_THAT(out, Catch::Contains("unknown option --JSON; did you mean --json?"));
+  CHECK(Kiln("inspect " + dir.path() + " --frobnicate", &out) == 2);
+  CHECK_THAT(out, Catch::Contains("unknown option --frobnicate"));
+  CHECK_THAT(out, !Catch::Contains("did you mean"));
+  CHECK(Kiln("--verison", &out) == 2);
+  CHECK_THAT(out, Catch::Contains("kiln: unknown option --verison; did you mean --version?"));
+}
+
+TEST_CASE("an unknown subcommand: exit 2 with the nearest subcommand", "[cli]") {
+  TempDir dir;
+  MakeCache(dir);
+  std::string out;
+  CHECK(Kiln("verfy " + dir.path(), &out) == 2);
+  CHECK_THAT(out, Catch::Contains("kiln: unknown subcommand 'verfy'; did you mean verify?"));
+  CHECK(Kiln("frobnicate " + dir.path(), &out) == 2);
+  CHECK_THAT(out, Catch::Contains("unknown subcommand 'frobnicate'; the subcommands are ") &&
+                      Catch::Contains("inspect"));
+}
+
+TEST_CASE("every subcommand's --help ends with examples of it", "[cli]") {
+  std::string out;
+  REQUIRE(Kiln("--help", &out) == 0);
+  const size_t list = out.find("Subcommands:");
+  REQUIRE(list != std::string::npos);
+  std::vector<std::string> names;
+  std::istringstream lines(out.substr(list));
+  std::string line;
+  std::getline(lines, line);  // "Subcommands:"
+  while (std::getline(lines, line) && line.size() > 2 && line[0] == ' ') {
+    const size_t begin = line.find_first_not_of(' ');
+    names.push_back(line.substr(begin, line.find(' ', begin) - begin));
+  }
+  CHECK(names.size() >= 3);  // verify, inspect and bench are always built
+  for (const std::string& name : names) {
+    CAPTURE(name);
+    REQUIRE(Kiln(name + " --help", &out) == 0);
+    CHECK_THAT(out, Catch::Contains("Examples:\n  kiln " + name + " "));
+  }
 }

@@ -81,7 +81,7 @@ def main():
         code, log = kiln("plot", os.path.join(tmp, "missing.jsonl"), "-o", out)
         assert code == 1 and "missing.jsonl" in log, (code, log)
         code, log = kiln("plot", "--help")
-        assert code == 0 and "python3-matplotlib" in log and "example" in log, log
+        assert code == 0 and "python3-matplotlib" in log and "Examples:" in log, log
         code, log = kiln("plot", m)
         assert code == 2 and "-o" in log, (code, log)
 

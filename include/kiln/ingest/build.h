@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/duplicates.h"
 #include "kiln/preprocessing.h"
 #include "kiln/progress.h"
 #include "kiln/record.h"
@@ -87,6 +88,11 @@ struct BuildResult {
   bool resumed = false;             // continued an interrupted build
   std::vector<std::string> caches;  // directories written
   std::string first_reject;         // "path: reason"
+  // Records with the same pixels as another, and val records also in train,
+  // over every cache of OUT; duplicates_file is OUT/duplicates.tsv when this
+  // run wrote it ("" for a repair, a part, or an up-to-date OUT).
+  DuplicateCounts duplicates;
+  std::string duplicates_file;
 };
 
 // Called from the writer thread; may print.
@@ -100,6 +106,8 @@ struct MergeResult {
   int parts = 0;
   uint64_t shards = 0;
   uint64_t copied_records = 0;  // rewritten because an earlier part rejected inputs
+  DuplicateCounts duplicates;   // over the merged caches (OUT/duplicates.tsv)
+  std::string duplicates_file;
 };
 
 // kiln merge: joins the parts of a cache built with --num-parts N into one
@@ -107,14 +115,15 @@ struct MergeResult {
 // hard-linked, not copied (copied only across file systems), except the
 // records of parts after one that rejected inputs: those need new indices
 // and are rewritten. sources.tsv and rejects.tsv are joined; the manifest
-// is written last. `parts` empty: the parts found in OUT (and in OUT/train
+// is written last, then OUT/duplicates.tsv. `parts` empty: the parts found in OUT (and in OUT/train
 // and OUT/val for a --val-fraction build). Parts are removed afterwards
 // unless keep_parts. Errors name the missing, incomplete or mismatched part.
 Status MergeParts(const std::string& out, const std::vector<std::string>& parts, bool keep_parts,
                   const std::function<void(const std::string&)>& info, MergeResult* result);
 
 // Builds (or resumes, or confirms up to date) the cache(s) described by
-// `options`. Returns InvalidArgument for bad options or layouts, Stale when
+// `options`, then finds duplicate records and train/val overlap over them
+// (OUT/duplicates.tsv). Returns InvalidArgument for bad options or layouts, Stale when
 // OUT holds a cache made from other sources/options and !force, Corruption
 // under strict when an input is rejected (naming the first), IOError.
 Status BuildCache(const BuildOptions& options, const ProgressFn& progress, const InfoFn& info,

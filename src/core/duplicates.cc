@@ -1,0 +1,140 @@
+#include "kiln/duplicates.h"
+
+#include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <utility>
+
+namespace kiln {
+
+Fingerprint FingerprintBytes(const void* data, size_t bytes) {
+  const XXH128_hash_t h = XXH3_128bits(data, bytes);
+  Fingerprint f;
+  f.high = h.high64;
+  f.low = h.low64;
+  return f;
+}
+
+Status FingerprintCache(const CacheReader& reader, int threads, std::vector<RecordPrint>* out) {
+  const uint64_t n = reader.size();
+  out->assign(n, RecordPrint());
+  std::mutex mu;
+  Status failure;
+  std::atomic<bool> failed{false};
+  auto work = [&] {
+    tbb::parallel_for(tbb::blocked_range<uint64_t>(0, n, 64),
+                      [&](const tbb::blocked_range<uint64_t>& r) {
+                        if (failed) return;
+                        std::unique_ptr<ReadTxn> txn = reader.BeginRead();
+                        RecordView v;
+                        for (uint64_t i = r.begin(); i < r.end(); ++i) {
+                          const Status s = txn->Get(i, &v);
+                          if (!s.ok()) {
+                            std::lock_guard<std::mutex> lock(mu);
+                            if (failure.ok()) failure = s;
+                            failed = true;
+                            return;
+                          }
+                          (*out)[i].print = FingerprintBytes(v.data, v.bytes);
+                          (*out)[i].label = v.label;
+                        }
+                      });
+  };
+  if (threads > 0) {
+    tbb::task_arena arena(threads);
+    arena.execute(work);
+  } else {
+    work();
+  }
+  if (!failure.ok()) {
+    out->clear();
+    return Status::Corruption(reader.dir() + ": cannot fingerprint the records: " +
+                              failure.message() + " (run kiln verify on it)");
+  }
+  return Status::OK();
+}
+
+bool DuplicateGroup::labels_differ() const {
+  for (const DuplicateMember& m : members)
+    if (m.label != members.front().label) return true;
+  return false;
+}
+
+bool DuplicateGroup::spans(size_t a, size_t b) const {
+  bool in_a = false, in_b = false;
+  for (const DuplicateMember& m : members) {
+    in_a = in_a || m.cache == a;
+    in_b = in_b || m.cache == b;
+  }
+  return in_a && in_b;
+}
+
+std::vector<DuplicateGroup> FindDuplicates(const std::vector<std::vector<RecordPrint>>& caches) {
+  // (print, cache, record), sorted: equal prints become neighbours, each
+  // run in (cache, record) order.
+  struct Entry {
+    Fingerprint print;
+    size_t cache;
+    uint64_t record;
+  };
+  std::vector<Entry> all;
+  size_t total = 0;
+  for (const auto& c : caches) total += c.size();
+  all.reserve(total);
+  for (size_t c = 0; c < caches.size(); ++c)
+    for (uint64_t i = 0; i < caches[c].size(); ++i) all.push_back({caches[c][i].print, c, i});
+  std::sort(all.begin(), all.end(), [](const Entry& a, const Entry& b) {
+    if (a.print != b.print) return a.print < b.print;
+    return std::make_pair(a.cache, a.record) < std::make_pair(b.cache, b.record);
+  });
+  std::vector<DuplicateGroup> groups;
+  for (size_t i = 0; i < all.size();) {
+    size_t j = i + 1;
+    while (j < all.size() && all[j].print == all[i].print) ++j;
+    if (j - i > 1) {
+      DuplicateGroup g;
+      g.print = all[i].print;
+      for (size_t k = i; k < j; ++k)
+        g.members.push_back({all[k].cache, all[k].record, caches[all[k].cache][all[k].record].label});
+      groups.push_back(std::move(g));
+    }
+    i = j;
+  }
+  std::sort(groups.begin(), groups.end(), [](const DuplicateGroup& a, const DuplicateGroup& b) {
+    const DuplicateMember &x = a.members.front(), &y = b.members.front();
+    return std::make_pair(x.cache, x.record) < std::make_pair(y.cache, y.record);
+  });
+  return groups;
+}
+
+DuplicateCounts CountDuplicates(const std::vector<DuplicateGroup>& groups, size_t in, size_t of) {
+  DuplicateCounts c;
+  for (const DuplicateGroup& g : groups) {
+    ++c.groups;
+    c.repeats += g.members.size() - 1;
+    if (g.labels_differ()) ++c.label_conflicts;
+    if (in != of && g.spans(in, of))
+      for (const DuplicateMember& m : g.members) c.overlap += m.cache == in;
+  }
+  return c;
+}
+
+std::string DuplicateSummary(const std::string& file, const DuplicateCounts& c) {
+  if (c.groups == 0) return "duplicates: none";
+  std::string s = "duplicates: " + std::to_string(c.repeats) +
+                  (c.repeats == 1 ? " record repeats" : " records repeat") + " another (" +
+                  std::to_string(c.groups) + (c.groups == 1 ? " group" : " groups");
+  if (c.label_conflicts > 0)
+    s += ", " + std::to_string(c.label_conflicts) + " with different labels";
+  s += ")";
+  if (c.overlap > 0)
+    s += ", " + std::to_string(c.overlap) + " val " + (c.overlap == 1 ? "record" : "records") +
+         " also in train (leakage: validation accuracy is inflated)";
+  return s + "; see " + file;
+}
+
+}  // namespace kiln

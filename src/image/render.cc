@@ -1,0 +1,275 @@
+#include "kiln/image/render.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <opencv2/core.hpp>
+#include <opencv2/imgcodecs.hpp>
+#include <opencv2/imgproc.hpp>
+
+#include "kiln/shuffle.h"
+
+namespace kiln::image {
+namespace {
+
+// The float value of IEEE binary16 bits.
+float HalfBitsToFloat(uint16_t h) {
+  const int exponent = (h >> 10) & 0x1F, mantissa = h & 0x3FF;
+  const float sign = (h & 0x8000) ? -1.0f : 1.0f;
+  if (exponent == 0) return sign * std::ldexp(static_cast<float>(mantissa), -24);
+  if (exponent == 31) return mantissa ? NAN : sign * INFINITY;
+  return sign * std::ldexp(static_cast<float>(1024 + mantissa), exponent - 25);
+}
+
+// The per-channel statistics of `values` (mean or std) for `channels`
+// channels: `fallback` when none are recorded, one value broadcast.
+Status ChannelValues(const std::vector<double>& values, int channels, float fallback,
+                     const char* name, std::vector<float>* out) {
+  out->assign(channels, fallback);
+  if (values.empty()) return Status::OK();
+  if (values.size() != 1 && values.size() != static_cast<size_t>(channels))
+    return Status::InvalidArgument("the manifest's " + std::string(name) + " has " +
+                                   std::to_string(values.size()) + " values for " +
+                                   std::to_string(channels) + " channels");
+  for (int c = 0; c < channels; ++c)
+    (*out)[c] = static_cast<float>(values[values.size() == 1 ? 0 : c]);
+  return Status::OK();
+}
+
+uint8_t ToPixel(float x, float mean, float std) {
+  const float v = std::round((x * std + mean) * 255.0f);
+  if (!(v >= 0.0f)) return 0;  // NaN too
+  return v >= 255.0f ? 255 : static_cast<uint8_t>(v);
+}
+
+// The label of record `index` with label `label`.
+std::string TileLabel(const Manifest& m, int64_t label, uint64_t index) {
+  std::string text = "#" + std::to_string(index);
+  if (label >= 0 && static_cast<size_t>(label) < m.classes.size())
+    return m.classes[label] + " " + text;
+  if (label >= 0) return std::to_string(label) + " " + text;
+  return text;
+}
+
+std::string Join(const std::vector<std::string>& names) {
+  std::string s;
+  for (const std::string& n : names) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
+}  // namespace
+
+Status RecordToImage(const Manifest& m, const RecordView& record, ImageU8* out) {
+  const Shape& shape = record.shape;
+  if (shape.ndim != 3 || (shape.dims[0] != 1 && shape.dims[0] != 3))
+    return Status::InvalidArgument("record " + std::to_string(record.index) + " has shape " +
+                                   shape.ToString() +
+                                   ": only C x H x W records with 1 or 3 channels are images");
+  const int c = static_cast<int>(shape.dims[0]);
+  const int h = static_cast<int>(shape.dims[1]);
+  const int w = static_cast<int>(shape.dims[2]);
+  std::vector<float> mean, std;
+  Status s = ChannelValues(m.preprocessing.mean, c, 0.0f, "mean", &mean);
+  if (s.ok()) s = ChannelValues(m.preprocessing.std, c, 1.0f, "std", &std);
+  if (!s.ok()) return s;
+  out->width = out->source_width = w;
+  out->height = out->source_height = h;
+  out->channels = c;
+  out->scale_num = out->scale_denom = 1;
+  out->pixels.resize(static_cast<size_t>(w) * h * c);
+  const size_t plane = static_cast<size_t>(w) * h;
+  for (int ch = 0; ch < c; ++ch) {
+    for (size_t p = 0; p < plane; ++p) {
+      const size_t e = ch * plane + p;  // CHW element
+      uint8_t v = 0;
+      switch (record.dtype) {
+        case DType::kUint8:
+          v = record.data[e];
+          break;
+        case DType::kFloat16: {
+          uint16_t bits;
+          std::memcpy(&bits, record.data + 2 * e, 2);
+          v = ToPixel(HalfBitsToFloat(bits), mean[ch], std[ch]);
+          break;
+        }
+        case DType::kFloat32: {
+          float x;
+          std::memcpy(&x, record.data + 4 * e, 4);
+          v = ToPixel(x, mean[ch], std[ch]);
+          break;
+        }
+      }
+      out->pixels[p * c + ch] = v;
+    }
+  }
+  return Status::OK();
+}
+
+Status WriteImage(const ImageU8& img, const std::string& path) {
+  if (img.channels != 1 && img.channels != 3)
+    return Status::InvalidArgument("WriteImage: 1 or 3 channels, not " +
+                                   std::to_string(img.channels));
+  const cv::Mat view(img.height, img.width, img.channels == 3 ? CV_8UC3 : CV_8UC1,
+                     const_cast<uint8_t*>(img.pixels.data()));
+  cv::Mat bgr;
+  if (img.channels == 3) cv::cvtColor(view, bgr, cv::COLOR_RGB2BGR);
+  const std::string ext = std::filesystem::path(path).extension().string();
+  if (ext.empty() || !cv::haveImageWriter(path))
+    return Status::InvalidArgument("cannot write " + path + ": give a file name ending in " +
+                                   ".png, .jpg, .bmp, .tiff or .webp");
+  bool written = false;
+  std::string why;
+  try {
+    written = cv::imwrite(path, img.channels == 3 ? bgr : view);
+  } catch (const cv::Exception& e) {
+    why = e.what();
+  }
+  if (written) return Status::OK();
+  if (why.empty()) {
+    // OpenCV does not say why; the usual reasons are the directory's.
+    const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+    const std::string dir = parent.empty() ? "." : parent.string();
+    std::error_code ec;
+    if (!std::filesystem::is_directory(dir, ec))
+      why = "no directory " + dir;
+    else if (::access(dir.c_str(), W_OK) != 0)
+      why = dir + ": " + std::strerror(errno);
+    else
+      why = "the image encoder failed";
+  }
+  return Status::IOError("cannot write " + path + ": " + why);
+}
+
+Status ExportRecord(const CacheReader& reader, uint64_t index, const std::string& path) {
+  if (index >= reader.size())
+    return Status::InvalidArgument(
+        "index " + std::to_string(index) + " is out of range: " + reader.dir() + " holds " +
+        std::to_string(reader.size()) + " records" +
+        (reader.size() ? " (0.." + std::to_string(reader.size() - 1) + ")" : ""));
+  std::unique_ptr<ReadTxn> txn = reader.BeginRead();
+  RecordView r;
+  Status s = txn->Get(index, &r, /*verify_checksum=*/true);
+  ImageU8 img;
+  if (s.ok()) s = RecordToImage(reader.manifest(), r, &img);
+  if (s.ok()) s = WriteImage(img, path);
+  return s;
+}
+
+PreviewLayout PlanPreview(const Shape& shape, size_t tiles, const PreviewOptions& options) {
+  PreviewLayout l;
+  const int h = static_cast<int>(shape.dims[1]), w = static_cast<int>(shape.dims[2]);
+  const int longer = std::max(1, std::max(w, h));
+  l.scale = std::max(1, (options.min_tile + longer - 1) / longer);
+  l.tile_width = w * l.scale;
+  l.tile_height = h * l.scale;
+  l.columns = options.columns;
+  if (l.columns <= 0)
+    while (static_cast<size_t>(l.columns) * l.columns < tiles) ++l.columns;
+  l.columns = std::max(1, std::min<int>(l.columns, static_cast<int>(tiles)));
+  l.rows = static_cast<int>((tiles + l.columns - 1) / l.columns);
+  l.width = l.columns * (l.tile_width + kPreviewGap) + kPreviewGap;
+  l.height = l.rows * (l.tile_height + kPreviewLabelHeight + kPreviewGap) + kPreviewGap;
+  return l;
+}
+
+Status PickPreviewRecords(const CacheReader& reader, const PreviewOptions& options,
+                          std::vector<uint64_t>* indices) {
+  const Manifest& m = reader.manifest();
+  indices->clear();
+  std::vector<uint64_t> pool;  // the records that qualify, in index order
+  if (options.classes.empty()) {
+    for (size_t i : SeededSample(reader.size(), options.count, options.seed)) indices->push_back(i);
+  } else {
+    std::vector<bool> wanted(m.classes.size(), false);
+    for (const std::string& name : options.classes) {
+      const auto it = std::find(m.classes.begin(), m.classes.end(), name);
+      if (it == m.classes.end())
+        return Status::InvalidArgument("--classes: no class '" + name + "'" +
+                                       (m.classes.empty()
+                                            ? "; the cache records no class names"
+                                            : "; the cache's classes are " + Join(m.classes)));
+      wanted[it - m.classes.begin()] = true;
+    }
+    std::unique_ptr<ReadTxn> txn = reader.BeginRead();
+    for (uint64_t i = 0; i < reader.size(); ++i) {
+      RecordView r;
+      Status s = txn->Get(i, &r);
+      if (!s.ok()) return s;
+      if (r.label >= 0 && static_cast<size_t>(r.label) < wanted.size() && wanted[r.label])
+        pool.push_back(i);
+    }
+    for (size_t k : SeededSample(pool.size(), options.count, options.seed))
+      indices->push_back(pool[k]);
+  }
+  if (indices->empty())
+    return Status::InvalidArgument(
+        reader.dir() + " holds no record of " +
+        (options.classes.empty() ? "any class" : "the classes " + Join(options.classes)));
+  return Status::OK();
+}
+
+Status RenderPreview(const CacheReader& reader, const std::vector<uint64_t>& indices,
+                     const PreviewOptions& options, ImageU8* sheet) {
+  if (indices.empty()) return Status::InvalidArgument("a preview of no records");
+  const Manifest& m = reader.manifest();
+  if (m.shape.ndim != 3)
+    return Status::InvalidArgument(reader.dir() + " holds records of shape " + m.shape.ToString() +
+                                   ", not C x H x W images");
+  const PreviewLayout l = PlanPreview(m.shape, indices.size(), options);
+  cv::Mat canvas(l.height, l.width, CV_8UC3, cv::Scalar(40, 40, 40));  // RGB
+  std::unique_ptr<ReadTxn> txn = reader.BeginRead();
+  constexpr int kFont = cv::FONT_HERSHEY_SIMPLEX;
+  for (size_t t = 0; t < indices.size(); ++t) {
+    RecordView r;
+    Status s = txn->Get(indices[t], &r, /*verify_checksum=*/true);
+    ImageU8 img;
+    if (s.ok()) s = RecordToImage(m, r, &img);
+    if (!s.ok()) return s;
+    const cv::Mat src(img.height, img.width, img.channels == 3 ? CV_8UC3 : CV_8UC1,
+                      img.pixels.data());
+    cv::Mat rgb, big;
+    if (img.channels == 1)
+      cv::cvtColor(src, rgb, cv::COLOR_GRAY2RGB);
+    else
+      rgb = src;
+    cv::resize(rgb, big, cv::Size(l.tile_width, l.tile_height), 0, 0, cv::INTER_NEAREST);
+    const int x = kPreviewGap + static_cast<int>(t % l.columns) * (l.tile_width + kPreviewGap);
+    const int y = kPreviewGap + static_cast<int>(t / l.columns) *
+                                    (l.tile_height + kPreviewLabelHeight + kPreviewGap);
+    big.copyTo(canvas(cv::Rect(x, y, l.tile_width, l.tile_height)));
+    // The label, shrunk to fit the tile's width and the strip's height.
+    const std::string text = TileLabel(m, r.label, indices[t]);
+    double font_scale = 0.4;
+    int baseline = 0;
+    const cv::Size size = cv::getTextSize(text, kFont, font_scale, 1, &baseline);
+    if (size.width > l.tile_width - 2)
+      font_scale = std::max(0.1, font_scale * (l.tile_width - 2.0) / size.width);
+    const cv::Size fit = cv::getTextSize(text, kFont, font_scale, 1, &baseline);
+    cv::putText(canvas(cv::Rect(x, y + l.tile_height, l.tile_width, kPreviewLabelHeight)), text,
+                cv::Point(1, (kPreviewLabelHeight + fit.height) / 2), kFont, font_scale,
+                cv::Scalar(255, 255, 255), 1, cv::LINE_AA);
+  }
+  sheet->width = sheet->source_width = l.width;
+  sheet->height = sheet->source_height = l.height;
+  sheet->channels = 3;
+  sheet->scale_num = sheet->scale_denom = 1;
+  sheet->pixels.assign(canvas.data, canvas.data + canvas.total() * canvas.elemSize());
+  return Status::OK();
+}
+
+Status WritePreview(const CacheReader& reader, const PreviewOptions& options,
+                    const std::string& path, std::vector<uint64_t>* shown) {
+  std::vector<uint64_t> indices;
+  Status s = PickPreviewRecords(reader, options, &indices);
+  ImageU8 sheet;
+  if (s.ok()) s = RenderPreview(reader, indices, options, &sheet);
+  if (s.ok()) s = WriteImage(sheet, path);
+  if (s.ok() && shown != nullptr) *shown = indices;
+  return s;
+}
+
+}  // namespace kiln::image
