@@ -1,10 +1,18 @@
 // kiln inspect CACHE: what a cache holds and how it was made.
+#include <sys/stat.h>
+
 #include <cstdio>
+#include <ctime>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "command.h"
+#include "doctor.h"
+#include "kiln/cache_layout.h"
 #include "kiln/cache_reader.h"
+#include "kiln/file.h"
 
 namespace kiln::tools {
 namespace {
@@ -64,6 +72,74 @@ void PrintClassCounts(const Manifest& m, const std::vector<uint64_t>& counts, ui
                  "or merge or drop the class\n";
 }
 
+// The bytes and count of the source files that became records, from the
+// cache's sources.tsv (docs/format.md: record path label size mtime_ns).
+// False when the cache has none (it was not made by kiln build).
+bool SourceBytes(const std::string& dir, uint64_t* bytes, uint64_t* files) {
+  std::ifstream in(dir + "/" + kSourcesTsvName);
+  if (!in) return false;
+  std::string line;
+  std::getline(in, line);  // header
+  *bytes = *files = 0;
+  while (std::getline(in, line)) {
+    std::vector<std::string> f;
+    std::istringstream fields(line);
+    for (std::string x; std::getline(fields, x, '\t');) f.push_back(x);
+    if (f.size() != 5 || f[0].empty() || f[0][0] == '-') continue;
+    *bytes += std::strtoull(f[3].c_str(), nullptr, 10);
+    ++*files;
+  }
+  return *files > 0;
+}
+
+// How the build went and where the cache lives: source size against the
+// cache's, when it was finished, duplicates, and whether it fits in RAM.
+void PrintProvenance(const std::string& dir, uint64_t disk) {
+  uint64_t src_bytes = 0, files = 0;
+  if (SourceBytes(dir, &src_bytes, &files)) {
+    char ratio[32];
+    std::snprintf(ratio, sizeof(ratio), "%.2f", static_cast<double>(disk) / src_bytes);
+    std::cout << "sources:       " << files << " files, " << HumanBytes(static_cast<double>(src_bytes))
+              << " (the cache is " << ratio << "x their size)\n";
+  }
+  struct stat st;
+  if (::stat((dir + "/" + kManifestName).c_str(), &st) == 0) {
+    char when[64];
+    std::tm tm;
+    gmtime_r(&st.st_mtime, &tm);
+    std::strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S UTC", &tm);
+    std::cout << "finished:      " << when << " (manifest.json written)\n";
+  }
+  // OUT/duplicates.tsv lies in the cache, or beside train/ and val/.
+  std::string trimmed = dir;
+  while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
+  std::vector<std::string> reports = {trimmed + "/" + kDuplicatesTsvName};
+  const std::string base = trimmed.substr(trimmed.find_last_of('/') + 1);
+  for (const std::string& split : SplitDirs())
+    if (base == split) reports.push_back(trimmed + "/../" + kDuplicatesTsvName);
+  for (const std::string& report : reports) {
+    std::ifstream in(report);
+    if (!in) continue;
+    uint64_t lines = 0;
+    for (std::string l; std::getline(in, l);) ++lines;
+    std::cout << "duplicates:    "
+              << (lines <= 1 ? std::string("none")
+                             : std::to_string(lines - 1) + " records in groups of equal pixels")
+              << " (" << report << ")\n";
+    break;
+  }
+  std::string text;
+  MemInfo mem;
+  if (ReadWholeFile("/proc/meminfo", &text).ok() && ParseMemInfo(text, &mem).ok()) {
+    const bool fits = disk <= mem.available;
+    std::cout << "memory:        " << (fits ? "fits" : "does not fit") << " in this machine's "
+              << HumanBytes(static_cast<double>(mem.available)) << " of available RAM"
+              << (fits ? ": after the first epoch, epochs read from the page cache\n"
+                       : ": every epoch reads the disk; use a smaller --size or --dtype uint8, or "
+                         "a machine with more RAM\n");
+  }
+}
+
 int RunInspect(const std::string& dir, bool as_json) {
   std::unique_ptr<CacheReader> reader;
   ReaderOptions ro;
@@ -98,6 +174,7 @@ int RunInspect(const std::string& dir, bool as_json) {
     std::cout << "  " << sh.file << "  records " << sh.first << ".."
               << (sh.count ? sh.first + sh.count - 1 : sh.first) << " (" << sh.count << ")  "
               << HumanBytes(static_cast<double>(sh.bytes)) << "  digest " << sh.digest << "\n";
+  PrintProvenance(dir, disk);
   std::vector<uint64_t> counts;
   uint64_t unlabeled = 0;
   CountClasses(*reader, &counts, &unlabeled);
@@ -114,7 +191,7 @@ int RunInspect(const std::string& dir, bool as_json) {
   return kExitOk;
 }
 
-KILN_COMMAND(Command{"inspect", "Summarize a cache: records, shape, dtype, classes, shards, preprocessing", 30,
+KILN_COMMAND(Command{"inspect", "Summarize a cache: records, shape, classes, shards, sources, RAM fit, preprocessing", 30,
                      [](CLI::App* sub) -> std::function<int()> {
                        auto dir = std::make_shared<std::string>();
                        auto as_json = std::make_shared<bool>(false);

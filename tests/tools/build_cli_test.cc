@@ -8,11 +8,14 @@
 
 #include <catch2/catch.hpp>
 #include <filesystem>
+#include <cstdio>
 #include <string>
 #include <vector>
+#include <sstream>
 
 #include "ingest/ingest_test_util.h"
 #include "kiln/manifest.h"
+#include "kiln/units.h"
 #include "test_util.h"
 
 using namespace kiln;
@@ -210,4 +213,42 @@ TEST_CASE("kiln verify VAL --against TRAIN: val records also in train exit 1, na
   REQUIRE(Kiln("verify " + out.path() + " --against " + out / "train", &log) == 2);
   CHECK_THAT(log, Catch::Contains("--against compares one cache with another: give " +
                                   out / "val --against " + out / "train"));
+}
+
+TEST_CASE("kiln inspect of a built cache: its sources' size, when it finished, duplicates, RAM fit",
+          "[cli]") {
+  TempDir out;
+  std::string log;
+  REQUIRE(Kiln("build " + kFashion + " " + out.path() +
+                   " --channels 1 --dtype uint8 --val-fraction 0.2 --progress none",
+               &log) == 0);
+  // The source bytes of val's records, summed from the files themselves.
+  uint64_t bytes = 0, files = 0, disk = 0;
+  std::istringstream tsv(ReadFile(out / "val/sources.tsv"));
+  std::string line;
+  std::getline(tsv, line);
+  while (std::getline(tsv, line)) {
+    const std::string record = line.substr(0, line.find('\t'));
+    const std::string rest = line.substr(line.find('\t') + 1);
+    if (record == "-1") continue;
+    bytes += fs::file_size(kFashion + "/" + rest.substr(0, rest.find('\t')));
+    ++files;
+  }
+  for (const auto& e : fs::directory_iterator(out / "val"))
+    if (e.path().extension() == ".mdb") disk += e.file_size();
+  REQUIRE(files > 0);
+  REQUIRE(Kiln("inspect " + out / "val/", &log) == 0);
+  char ratio[32];
+  std::snprintf(ratio, sizeof(ratio), "%.2f", static_cast<double>(disk) / bytes);
+  CHECK_THAT(log, Catch::Contains("sources:       " + std::to_string(files) + " files, " +
+                                  FormatByteSize(static_cast<double>(bytes)) + " (the cache is " +
+                                  ratio + "x their size)\n"));
+  CHECK_THAT(log, Catch::Contains("finished:      20") && Catch::Contains(" UTC (manifest.json"));
+  CHECK_THAT(log, Catch::Contains("duplicates:    none (" + out / "val/../duplicates.tsv)"));
+  CHECK_THAT(log, Catch::Contains("memory:        fits in this machine's "));
+  // A cache made without kiln build has no sources line.
+  TempDir plain;
+  WriteTestCache(plain.path(), 10, DType::kUint8, MakeShape({1, 2, 2}));
+  REQUIRE(Kiln("inspect " + plain.path(), &log) == 0);
+  CHECK_THAT(log, !Catch::Contains("sources:") && !Catch::Contains("duplicates:"));
 }
