@@ -46,11 +46,17 @@ case "$mode" in
     echo "== kiln verify"
     build/kiln verify "$out/train"
     build/kiln verify "$out/val"
+    echo "== kiln verify val --against train: no validation image is also a training image"
+    build/kiln verify "$out/val" --against "$out/train" --progress none
     echo "== kiln inspect"
     build/kiln inspect "$out/train"
+    echo "== kiln preview: a labelled contact sheet of 20 records"
+    build/kiln preview "$out/train" -o "$out/preview.png" --count 20
     echo "== kiln train: the built-in cnn on the cache (CPU or GPU), checkpoint and TorchScript export"
     build/kiln train --data "$out/train" --val "$out/val" --model cnn --epochs 5 --batch-size 32 \
       --log-every 5 --metrics "$out/metrics.jsonl" --save "$out/checkpoint" --export "$out/cnn.pt"
+    echo "== kiln plot: the training curves"
+    build/kiln plot "$out/metrics.jsonl" -o "$out/curves.png"
     ;;
   test)
     echo "== tests"
