@@ -40,7 +40,7 @@ try:
 except ImportError:  # the loader then yields numpy arrays
     torch = None
 
-__all__ = ["Cache", "Loader", "CorruptionError", "normalize", "__version__"]
+__all__ = ["Cache", "Loader", "CorruptionError", "normalize", "raw_name", "__version__"]
 __version__ = _kiln.__version__
 
 #: Raised for damaged or inconsistent cache data; the message names the
@@ -123,6 +123,34 @@ class Cache:
     def __repr__(self):
         return "kiln.Cache(%r: %d x %s %s)" % (self._path, self.count,
                                                "x".join(map(str, self.shape)), self.dtype)
+
+
+_ESCAPES = {"\\": b"\\", "t": b"\t", "n": b"\n", "r": b"\r"}
+
+
+def raw_name(text):
+    r"""The file or class name, as bytes, that kiln wrote escaped into
+    sources.tsv, rejects.tsv, duplicates.tsv or the manifest (docs/format.md,
+    "Names"): ``\\``, ``\t``, ``\n``, ``\r`` and ``\xNN`` undone. Ordinary
+    names come back as their UTF-8 bytes; ``os.fsdecode`` makes a str of them."""
+    out, i = bytearray(), 0
+    while i < len(text):
+        c = text[i]
+        if c != "\\":
+            out += c.encode("utf-8")
+            i += 1
+            continue
+        nxt = text[i + 1:i + 2]
+        if nxt in _ESCAPES:
+            out += _ESCAPES[nxt]
+            i += 2
+        elif nxt == "x" and len(text[i + 2:i + 4]) == 2:
+            out.append(int(text[i + 2:i + 4], 16))
+            i += 4
+        else:
+            raise ValueError("%r: bad escape at %d (kiln writes \\\\, \\t, \\n, \\r, \\xNN)"
+                             % (text, i))
+    return bytes(out)
 
 
 def normalize(x, cache):

@@ -11,6 +11,7 @@
 #include "journal.h"
 #include "kiln/cache_layout.h"
 #include "kiln/cache_writer.h"
+#include "kiln/escape.h"
 #include "kiln/image/decode.h"
 #include "kiln/manifest.h"
 #include "kiln/shuffle.h"
@@ -104,10 +105,11 @@ class Builder {
   Preprocessing BaseRecipe() const {
     Preprocessing r;
     r.complete = true;
-    r.source.root = src_.root;
+    // Names in the manifest are escaped as in sources.tsv (kiln/escape.h).
+    r.source.root = EscapeName(src_.root);
     r.source.layout = src_.layout;
     r.source.digest = SourceDigest(src_);
-    if (!opt_.list_file.empty()) r.source.list_file = fs::absolute(opt_.list_file).string();
+    if (!opt_.list_file.empty()) r.source.list_file = EscapeName(fs::absolute(opt_.list_file).string());
     // A part's own record; kiln merge drops it, so that a merged cache has
     // the recipe of a one-part build.
     if (opt_.num_parts > 1) {
@@ -286,7 +288,7 @@ class Builder {
       return Status::Corruption(plan.dir + ": every input was rejected (see " + kRejectsName + ")");
     KILN_RETURN_IF_ERROR(WriteSources(plan, rejects));
     Manifest m;
-    m.classes = src_.classes;
+    for (const std::string& c : src_.classes) m.classes.push_back(EscapeName(c));
     m.preprocessing = recipe;
     if (opt_.num_parts > 1) {
       m.part_index = opt_.part;

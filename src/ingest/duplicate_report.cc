@@ -4,6 +4,7 @@
 
 #include "kiln/cache_layout.h"
 #include "kiln/cache_reader.h"
+#include "kiln/escape.h"
 #include "kiln/file.h"
 #include "sources_tsv.h"
 
@@ -27,7 +28,7 @@ Status ReportDuplicates(const std::string& out, const std::vector<SplitCache>& c
     if (ReadSourcesTsv(caches[c].dir + "/" + kSourcesTsvName, &sources).ok())
       for (const RecordedSource& s : sources)
         if (s.record >= 0 && static_cast<uint64_t>(s.record) < paths[c].size())
-          paths[c][s.record] = s.item.rel_path;
+          paths[c][s.record] = EscapeName(s.item.rel_path);
   }
   const std::vector<DuplicateGroup> groups = FindDuplicates(prints);
   *counts = CountDuplicates(groups, caches.size() > 1 ? val : 0, train);

@@ -9,6 +9,7 @@
 
 #include "kiln/cache_layout.h"
 #include "kiln/cache_writer.h"
+#include "kiln/escape.h"
 #include "kiln/file.h"
 #include "kiln/manifest.h"
 
@@ -113,9 +114,9 @@ Status RejectLog::Open(const std::string& dir, bool resume) {
 }
 
 Status RejectLog::Add(size_t position, const std::string& path, std::string reason) {
-  for (char& ch : reason)
-    if (ch == '\t' || ch == '\n') ch = ' ';
-  const std::string line = path + "\t" + reason;
+  // Escaped (kiln/escape.h): a name or message with a tab or line break
+  // stays one line of two fields.
+  const std::string line = EscapeName(path) + "\t" + EscapeName(reason);
   lines_.push_back(line);
   now_.insert(position);
   const std::string rec = std::to_string(position) + "\t" + line + "\n";

@@ -5,6 +5,7 @@
 
 #include "kiln/cache_layout.h"
 #include "kiln/cache_writer.h"
+#include "kiln/escape.h"
 #include "kiln/manifest.h"
 #include "kiln/verify.h"
 #include "sources_tsv.h"
@@ -65,9 +66,9 @@ Status RepairCache(const std::string& dir, const Preprocessing& recipe, const Pr
                                 " has no source in sources.tsv; rebuild with --force");
     const SourceItem& item = it->second->item;
     payloads.emplace_back(pre.record_bytes());
-    KILN_RETURN_IF_ERROR(pre.Process(recipe.source.root, item, &scratch, payloads.back().data())
+    KILN_RETURN_IF_ERROR(pre.Process(RawName(recipe.source.root), item, &scratch, payloads.back().data())
                              .WithContext("repairing record " + std::to_string(idx) + " from " +
-                                          recipe.source.root + "/" + item.rel_path));
+                                          recipe.source.root + "/" + EscapeName(item.rel_path)));
     fixes.push_back({idx, item.label, payloads.back().data()});
   }
   KILN_RETURN_IF_ERROR(RewriteRecords(dir, fixes));

@@ -13,6 +13,8 @@
 #include <sstream>
 
 #include "kiln/ingest/build.h"
+
+#include "kiln/escape.h"
 #include "kiln/manifest.h"
 #include "sources_tsv.h"
 
@@ -53,32 +55,6 @@ Status AbsoluteRoot(const std::string& root, std::string* out) {
   return Status::OK();
 }
 
-// A name kiln can record: valid UTF-8 (manifest, build.json and verify's
-// JSON need it) without tabs or line breaks (sources.tsv, rejects.tsv).
-Status CheckName(const std::string& name, const std::string& where) {
-  std::string shown;  // non-ASCII bytes as \xNN, so the message itself is printable
-  for (unsigned char c : name) {
-    if (c >= 0x20 && c < 0x7f) {
-      shown += static_cast<char>(c);
-    } else {
-      static const char* kHex = "0123456789abcdef";
-      shown += std::string("\\x") + kHex[c >> 4] + kHex[c & 15];
-    }
-  }
-  if (name.find_first_of("\t\n\r") != std::string::npos)
-    return Status::InvalidArgument(where + ": \"" + shown +
-                                   "\" has a tab or line break in its name; rename it (kiln's "
-                                   "sources.tsv and rejects.tsv are tab-separated lines)");
-  try {
-    (void)nlohmann::json(name).dump();
-  } catch (const nlohmann::json::type_error&) {
-    return Status::InvalidArgument(where + ": \"" + shown +
-                                   "\" is not a UTF-8 name; rename it (kiln records paths and "
-                                   "class names in JSON, which needs UTF-8)");
-  }
-  return Status::OK();
-}
-
 // A relative path that stays inside the root: no absolute path, no "..".
 bool InsideRoot(const std::string& rel) {
   if (rel.empty() || rel[0] == '/') return false;
@@ -115,7 +91,6 @@ Status ListImageFolderOrThrow(const std::string& root, SourceList* out) {
     return Status::InvalidArgument(list.root +
                                    ": no class folders (expected SRC/<class>/<image files>)");
   for (size_t c = 0; c < classes.size(); ++c) {
-    KILN_RETURN_IF_ERROR(CheckName(classes[c], list.root));
     const fs::path dir = fs::path(list.root) / classes[c];
     std::vector<std::string> files;
     // Paths as listed, below the root: a symbolic link keeps its own name
@@ -124,7 +99,6 @@ Status ListImageFolderOrThrow(const std::string& root, SourceList* out) {
          fs::recursive_directory_iterator(dir, fs::directory_options::follow_directory_symlink))
       if (e.is_regular_file() && HasImageExtension(e.path().filename().string()))
         files.push_back(e.path().lexically_relative(list.root).generic_string());
-    for (const auto& f : files) KILN_RETURN_IF_ERROR(CheckName(f, list.root));
     if (files.empty())
       return Status::InvalidArgument(
           dir.string() + ": class folder holds no image files; remove it or add images");
@@ -201,8 +175,6 @@ Status ReadSourceList(const std::string& root, const std::string& list_path, Sou
     }
     if (!InsideRoot(path))
       return Status::InvalidArgument(where + ": path \"" + path + "\" is outside " + list.root);
-    KILN_RETURN_IF_ERROR(CheckName(path, where));
-    KILN_RETURN_IF_ERROR(CheckName(label, where));
     rows.push_back({path, label, where});
   }
   // Labels: all integers -> class indices, used as given (0 or more, so that
@@ -263,7 +235,8 @@ std::string SourceDigest(const SourceList& list) {
   XXH3_INITSTATE(&st);
   XXH3_64bits_reset(&st);
   for (const SourceItem& it : list.items) {
-    std::string line = it.rel_path + "\t" + std::to_string(it.label) + "\t" +
+    // Escaped as sources.tsv writes it: a name with a tab stays one field.
+    std::string line = EscapeName(it.rel_path) + "\t" + std::to_string(it.label) + "\t" +
                        std::to_string(it.size) + "\t" + std::to_string(it.mtime_ns) + "\n";
     XXH3_64bits_update(&st, line.data(), line.size());
   }

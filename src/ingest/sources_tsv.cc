@@ -4,9 +4,15 @@
 #include <fstream>
 #include <sstream>
 
+#include "kiln/escape.h"
 #include "kiln/file.h"
 
 namespace kiln::ingest {
+
+std::string RawName(const std::string& text) {
+  std::string raw;
+  return UnescapeName(text, &raw) ? raw : text;
+}
 
 Status ReadSourcesTsv(const std::string& path, std::vector<RecordedSource>* out) {
   std::ifstream in(path);
@@ -28,7 +34,8 @@ Status ReadSourcesTsv(const std::string& path, std::vector<RecordedSource>* out)
     RecordedSource r;
     try {
       r.record = std::stoll(f[0]);
-      r.item.rel_path = f[1];
+      if (!UnescapeName(f[1], &r.item.rel_path))
+        return Status::Corruption(path + ":" + std::to_string(lineno) + ": bad escape in the path");
       r.item.label = std::stoll(f[2]);
       r.item.size = std::stoull(f[3]);
       r.item.mtime_ns = std::stoll(f[4]);
@@ -44,7 +51,7 @@ Status WriteSourcesTsv(const std::string& path, const std::vector<RecordedSource
   std::string out = "record\tpath\tlabel\tsize\tmtime_ns\n";
   for (const RecordedSource& r : sources) {
     const SourceItem& it = r.item;
-    out += std::to_string(r.record) + "\t" + it.rel_path + "\t" + std::to_string(it.label) + "\t" +
+    out += std::to_string(r.record) + "\t" + EscapeName(it.rel_path) + "\t" + std::to_string(it.label) + "\t" +
            std::to_string(it.size) + "\t" + std::to_string(it.mtime_ns) + "\n";
   }
   // Written in full and fsynced before it is renamed into place.

@@ -19,6 +19,10 @@ struct RecordedSource {
   SourceItem item;
 };
 
+// A name as the manifest records it (escaped, kiln/escape.h) made raw
+// again; `text` itself when it holds no valid escape.
+std::string RawName(const std::string& text);
+
 // NotFound when the file is absent; Corruption naming the line otherwise.
 Status ReadSourcesTsv(const std::string& path, std::vector<RecordedSource>* out);
 Status WriteSourcesTsv(const std::string& path, const std::vector<RecordedSource>& sources);

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "kiln/cache_layout.h"
+#include "kiln/escape.h"
 #include "kiln/cache_reader.h"
 #include "kiln/ingest/build.h"
 #include "kiln/manifest.h"
@@ -39,7 +40,7 @@ Status VerifyWithSources(const std::string& dir, const VerifyOptions& options, S
   using Kind = VerifyProblem::Kind;
   auto problem = [&](int64_t index, const std::string& source, const std::string& what,
                      Kind kind = Kind::kSource) {
-    report->problems.push_back({index, "", source, what, kind});
+    report->problems.push_back({index, "", EscapeName(source), what, kind});
   };
   Manifest m;
   if (!ReadManifest(dir, &m).ok()) return Status::OK();  // already reported
@@ -58,7 +59,7 @@ Status VerifyWithSources(const std::string& dir, const VerifyOptions& options, S
   // Name the source of every record-level problem found so far.
   for (auto& p : report->problems)
     if (p.index >= 0 && by_record.count(p.index) && p.source.empty())
-      p.source = by_record[p.index]->item.rel_path;
+      p.source = EscapeName(by_record[p.index]->item.rel_path);
 
   Preprocessor pre;
   s = Preprocessor::FromManifestRecipe(m.preprocessing, m.shape, &pre);
@@ -67,7 +68,8 @@ Status VerifyWithSources(const std::string& dir, const VerifyOptions& options, S
     return Status::OK();
   }
   SourceList now;
-  s = ListSources(m.preprocessing.source.root, m.preprocessing.source.list_file, &now);
+  s = ListSources(RawName(m.preprocessing.source.root), RawName(m.preprocessing.source.list_file),
+                  &now);
   if (!s.ok()) {
     problem(-1, "", "cannot list the sources again: " + s.message());
     return Status::OK();
@@ -104,7 +106,7 @@ Status VerifyWithSources(const std::string& dir, const VerifyOptions& options, S
         const SourceItem& it = by_record[rec]->item;
         RecordView v;
         if (!txn->Get(static_cast<uint64_t>(rec), &v).ok()) continue;  // reported by full
-        Status ps = pre.Process(m.preprocessing.source.root, it, &scratch, buf.data());
+        Status ps = pre.Process(RawName(m.preprocessing.source.root), it, &scratch, buf.data());
         if (!ps.ok()) {
           problem(rec, it.rel_path, "cannot preprocess the source again: " + ps.message());
         } else if (v.bytes != buf.size() || std::memcmp(v.data, buf.data(), buf.size()) != 0) {

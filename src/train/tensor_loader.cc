@@ -50,6 +50,10 @@ void SetCopierFactoryForTesting(CopierFactory factory) { TestFactory() = std::mo
 
 }  // namespace internal
 
+struct TensorLoader::Copier {
+  std::unique_ptr<internal::DeviceCopier> device;
+};
+
 namespace {
 torch::ScalarType CacheScalarType(DType d) {
   switch (d) {
@@ -71,7 +75,7 @@ bool IsOutOfMemory(const c10::Error& e) {
 
 TensorLoader::~TensorLoader() {
   try {
-    if (held_ >= 0 && copier_) copier_->WaitHostRead(held_);
+    if (held_ >= 0 && copier_) copier_->device->WaitHostRead(held_);
   } catch (const std::exception&) {  // a failed device: its copy is not running either
   }
   loader_.reset();  // join the workers before the slot memory goes
@@ -98,7 +102,8 @@ Status TensorLoader::Open(const CacheReader* reader, const TensorLoaderOptions& 
   }
   KILN_RETURN_IF_ERROR(Loader::Open(reader, options.loader, std::move(slots), &t->loader_));
   try {
-    t->copier_ = internal::MakeCopier(options.device, options.slots);
+    t->copier_ = std::make_unique<Copier>();
+    t->copier_->device = internal::MakeCopier(options.device, options.slots);
   } catch (const std::exception& e) {
     return Status::IOError(std::string("tensor loader: cannot set up copies to ") +
                            options.device.str() + ": " + e.what());
@@ -122,7 +127,7 @@ Status TensorLoader::Open(const CacheReader* reader, const TensorLoaderOptions& 
 void TensorLoader::ReleaseHeld() {
   if (held_ < 0) return;
   // An asynchronous copy may still be reading the slot's host memory.
-  copier_->WaitHostRead(held_);
+  copier_->device->WaitHostRead(held_);
   loader_->Release(held_);
   held_ = -1;
 }
@@ -137,7 +142,7 @@ Status TensorLoader::StartEpoch(uint64_t epoch, uint64_t start_batch) {
   return loader_->StartEpoch(epoch, start_batch);
 }
 
-bool TensorLoader::asynchronous() const { return copier_->asynchronous(); }
+bool TensorLoader::asynchronous() const { return copier_->device->asynchronous(); }
 
 Status TensorLoader::Next(torch::Tensor* inputs, torch::Tensor* labels) {
   try {
@@ -175,8 +180,8 @@ Status TensorLoader::NextOrThrow(torch::Tensor* inputs, torch::Tensor* labels) {
     if (opt_.channels_last && v.dim() == 4) v = v.contiguous(torch::MemoryFormat::ChannelsLast);
     return v;
   };
-  copier_->Start(b.slot, x, y, convert, inputs, labels);
-  copier_->HandOff(b.slot, inputs, labels);
+  copier_->device->Start(b.slot, x, y, convert, inputs, labels);
+  copier_->device->HandOff(b.slot, inputs, labels);
   return Status::OK();
 }
 

@@ -91,11 +91,12 @@ TEST_CASE("the reject log survives a resume and becomes rejects.tsv", "[journal]
   RejectLog log;
   REQUIRE(log.Open(dir.path(), true).ok());
   CHECK(log.before() == std::set<size_t>{3});
-  REQUIRE(log.lines() == std::vector<std::string>{"/src/a.jpg\tbad header here"});
+  // The reason's tab and line break are escaped: still one line, two fields.
+  REQUIRE(log.lines() == std::vector<std::string>{"/src/a.jpg\tbad\\theader\\nhere"});
   REQUIRE(log.Add(7, "/src/b.png", "empty file").ok());
   REQUIRE(log.WriteTsv().ok());
   CHECK(ReadFile(dir / kRejectsName) ==
-        "path\treason\n/src/a.jpg\tbad header here\n/src/b.png\tempty file\n");
+        "path\treason\n/src/a.jpg\tbad\\theader\\nhere\n/src/b.png\tempty file\n");
   CHECK(RejectText(log.lines()[1]) == "/src/b.png: empty file");
 }
 

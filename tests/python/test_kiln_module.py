@@ -391,6 +391,37 @@ def check_normalize_matches_float_cache(tmp):
     assert err < 1e-5, "normalize differs from kiln build's float32 records by %g" % err
 
 
+def check_raw_name(tmp):
+    """raw_name() turns the escaped names of sources.tsv and the manifest back into the files."""
+    assert kiln.raw_name("plain/a.jpg") == b"plain/a.jpg"
+    assert kiln.raw_name("\u65e5.png") == "\u65e5.png".encode("utf-8")
+    try:
+        kiln.raw_name("bad\\q")
+        raise AssertionError("a bad escape was accepted")
+    except ValueError:
+        pass
+    kiln_bin, photos = os.environ.get("KILN_BIN"), os.environ.get("KILN_SAMPLE_PHOTOS")
+    if not kiln_bin or not photos:
+        print("  KILN_BIN / KILN_SAMPLE_PHOTOS not set (no kiln build): skipped")
+        sys.exit(SKIP)
+    src = os.path.join(os.fsencode(tmp), b"src")
+    names = [b"caf\xe9/tab\there.jpg", b"caf\xe9/line\nbreak.jpg", b"caf\xe9/back\\slash.jpg",
+             b"plain/ok.jpg"]
+    photo = os.path.join(photos, sorted(os.listdir(photos))[0])
+    for n in names:
+        os.makedirs(os.path.dirname(os.path.join(src, n)), exist_ok=True)
+        shutil.copy(photo, os.path.join(src, n))
+    out = os.path.join(tmp, "c")
+    subprocess.run([kiln_bin, "build", src, out, "--resize", "40", "--crop", "32",
+                    "--progress", "none"], check=True, stdout=subprocess.DEVNULL)
+    cache = kiln.Cache(out)
+    assert [kiln.raw_name(c) for c in cache.classes] == [b"caf\xe9", b"plain"], cache.classes
+    with open(os.path.join(out, "sources.tsv"), encoding="utf-8") as f:
+        rows = [line.rstrip("\n").split("\t") for line in f][1:]
+    assert len(rows) == len(names), rows
+    assert sorted(kiln.raw_name(r[1]) for r in rows) == sorted(names), rows
+
+
 def check_pin_memory(tmp):
     """pin_memory=True pins the ring with CUDA; without, it warns and falls back."""
     path = synth(tmp, "f16", "float16")

@@ -29,10 +29,6 @@
 
 namespace kiln::train {
 
-namespace internal {
-class DeviceCopier;
-}
-
 struct TensorLoaderOptions {
   LoaderOptions loader;                      // order, partition, crop/flip, workers
   int slots = 4;                             // ring size (>= workers + 2 is best)
@@ -67,12 +63,15 @@ class TensorLoader {
 
  private:
   TensorLoader() = default;
+  // Holds the device copier (src/train/device_copy.h): how a batch leaves
+  // its host slot. Defined in tensor_loader.cc only.
+  struct Copier;
   void ReleaseHeld();  // hands the slot of the last Next() back to the workers
   Status NextOrThrow(torch::Tensor* inputs, torch::Tensor* labels);
   TensorLoaderOptions opt_;
   std::vector<torch::Tensor> data_, labels_;
   std::unique_ptr<Loader> loader_;
-  std::unique_ptr<internal::DeviceCopier> copier_;
+  std::unique_ptr<Copier> copier_;
   torch::Tensor mean_, std_;  // [1, C, 1, 1] on the device; undefined when not normalizing
   int held_ = -1;             // the slot handed out by the last Next()
   double wait_ = 0;
