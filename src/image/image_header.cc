@@ -55,6 +55,12 @@ Status ReadWebp(const uint8_t* d, size_t n, const std::string& name, int* w, int
   if (n < 30) return Truncated(name, "WebP");
   const uint8_t* chunk = d + 12;
   if (std::memcmp(chunk, "VP8X", 4) == 0) {  // extended: 24-bit canvas size minus one
+    // Flags byte, bit 1: an animation (frames in ANMF chunks, which neither
+    // libwebp's still-image decoder nor OpenCV reads).
+    if (d[20] & 0x02)
+      return Status::NotSupported(name +
+                                  ": an animated WebP; kiln reads still images: extract one "
+                                  "frame (webpmux -get frame 1 IN -o OUT) or convert it");
     return Store(int64_t{Le24(d + 24)} + 1, int64_t{Le24(d + 27)} + 1, name, "WebP", w, h);
   }
   if (std::memcmp(chunk, "VP8L", 4) == 0) {  // lossless: 14-bit sizes minus one

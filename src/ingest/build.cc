@@ -62,6 +62,9 @@ class Builder {
   Status Run() {
     KILN_RETURN_IF_ERROR(CheckOptions(opt_));
     KILN_RETURN_IF_ERROR(ListSources(opt_.src, opt_.list_file, &src_));
+    if (opt_.strict && !src_.rejected.empty())
+      return Status::Corruption(src_.rejected[0].first + ": " + src_.rejected[0].second +
+                                " (rejected under --strict: fix the list file's line)");
     recipe_ = BaseRecipe();
     KILN_RETURN_IF_ERROR(Preprocessor::PlanShape(recipe_, src_, &shape_));
     KILN_RETURN_IF_ERROR(ChooseNormalization());
@@ -82,6 +85,7 @@ class Builder {
                                          std::to_string(n) + " in all); use fewer parts");
       }
     }
+    first_dir_ = plans.front().dir;
     const Preprocessor pre(recipe_, shape_);
     for (Plan& p : plans) {
       const Preprocessing recipe = RecipeOf(p);
@@ -238,6 +242,9 @@ class Builder {
     KILN_RETURN_IF_ERROR(opened);
     RejectLog rejects;
     KILN_RETURN_IF_ERROR(rejects.Open(plan.dir, resume));
+    // The list file's bad lines: logged once, with the first cache of part 0.
+    if (plan.dir == first_dir_ && opt_.part == 0)
+      for (const auto& [path, reason] : src_.rejected) rejects.AddListed(path, reason);
     // The interrupted run rejected inputs: --strict fails on the first, as
     // it would have in one go.
     if (opt_.strict && !rejects.lines().empty())
@@ -326,6 +333,7 @@ class Builder {
   Preprocessing recipe_;
   Shape shape_;
   bool built_any_ = false;  // some cache was built or resumed by this run
+  std::string first_dir_;   // the first output cache of this run
 };
 
 }  // namespace

@@ -125,6 +125,11 @@ Status RejectLog::Add(size_t position, const std::string& path, std::string reas
   return Status::OK();
 }
 
+void RejectLog::AddListed(const std::string& path, const std::string& reason) {
+  lines_.insert(lines_.begin() + static_cast<std::ptrdiff_t>(listed_++),
+                EscapeName(path) + "\t" + EscapeName(reason));
+}
+
 Status RejectLog::WriteTsv() const {
   std::string tsv = "path\treason\n";
   for (const auto& l : lines_) tsv += l + "\n";

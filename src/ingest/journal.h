@@ -68,8 +68,12 @@ class RejectLog {
   const std::vector<std::string>& lines() const { return lines_; }
 
   // Logs that source position `position` (file `path`) was rejected.
-  // Tabs and newlines in `reason` become spaces.
+  // Path and reason are escaped (kiln/escape.h): one line, two fields.
   Status Add(size_t position, const std::string& path, std::string reason);
+  // A line of the list file that names no usable file (SourceList::rejected):
+  // kept ahead of the sources' rejects, in memory only (every run lists the
+  // sources again), so rejects.tsv is the same after a resume.
+  void AddListed(const std::string& path, const std::string& reason);
   // Writes DIR/rejects.tsv: a header and every line.
   Status WriteTsv() const;
 
@@ -78,6 +82,7 @@ class RejectLog {
   int fd_ = -1;
   std::set<size_t> before_, now_;
   std::vector<std::string> lines_;
+  size_t listed_ = 0;  // lines_ begins with this many AddListed lines
 };
 
 // The first position of a plan of `sources` positions that is neither among

@@ -151,8 +151,10 @@ Status ReadSourceList(const std::string& root, const std::string& list_path, Sou
         continue;
       }
       const size_t comma = line.rfind(',');
-      if (comma == std::string::npos || comma == 0 || comma + 1 == line.size())
-        return Status::InvalidArgument(where + ": expected \"path,label\", got \"" + line + "\"");
+      if (comma == std::string::npos || comma == 0 || comma + 1 == line.size()) {
+        list.rejected.push_back({line, where + ": expected \"path,label\""});
+        continue;
+      }
       path = line.substr(0, comma);
       label = line.substr(comma + 1);
       // A quoted field, as Python's csv module writes one with a comma or a
@@ -167,14 +169,17 @@ Status ReadSourceList(const std::string& root, const std::string& list_path, Sou
       }
     } else {
       const size_t sp = line.find_last_of(" \t");
-      if (sp == std::string::npos || sp == 0 || sp + 1 == line.size())
-        return Status::InvalidArgument(where + ": expected \"relative/path label\", got \"" + line +
-                                       "\"");
+      if (sp == std::string::npos || sp == 0 || sp + 1 == line.size()) {
+        list.rejected.push_back({line, where + ": expected \"relative/path label\""});
+        continue;
+      }
       path = line.substr(0, line.find_last_not_of(" \t", sp) + 1);
       label = line.substr(sp + 1);
     }
-    if (!InsideRoot(path))
-      return Status::InvalidArgument(where + ": path \"" + path + "\" is outside " + list.root);
+    if (!InsideRoot(path)) {
+      list.rejected.push_back({path, where + ": the path is outside the source root " + list.root});
+      continue;
+    }
     rows.push_back({path, label, where});
   }
   // Labels: all integers -> class indices, used as given (0 or more, so that
@@ -205,20 +210,31 @@ Status ReadSourceList(const std::string& root, const std::string& list_path, Sou
       const auto [end, ec] =
           std::from_chars(r.label.data(), r.label.data() + r.label.size(), item.label);
       if (ec != std::errc() || end != r.label.data() + r.label.size() || item.label < 0 ||
-          item.label >= kMaxClasses)
-        return Status::InvalidArgument(
-            r.where + ": label " + r.label + ": numeric labels are class indices 0.." +
-            std::to_string(kMaxClasses - 1) + " (or give every line a class name)");
+          item.label >= kMaxClasses) {
+        list.rejected.push_back(
+            {list.root + "/" + r.path, r.where + ": label " + r.label +
+                                           ": numeric labels are class indices 0.." +
+                                           std::to_string(kMaxClasses - 1) +
+                                           " (or give every line a class name)"});
+        continue;
+      }
     } else {
       item.label = names[r.label];
     }
+    if (!Stat(list.root, &item).ok()) {
+      list.rejected.push_back({list.root + "/" + item.rel_path, r.where + ": listed but not found"});
+      continue;
+    }
     max_label = std::max(max_label, item.label);
-    KILN_RETURN_IF_ERROR(Stat(list.root, &item).WithContext(list_path));
     list.items.push_back(std::move(item));
   }
   if (numeric)
     for (int64_t i = 0; i <= max_label; ++i) list.classes.push_back(std::to_string(i));
-  if (list.items.empty()) return Status::InvalidArgument(list_path + ": lists no files");
+  if (list.items.empty())
+    return Status::InvalidArgument(
+        list_path + ": lists no usable files" +
+        (list.rejected.empty() ? std::string()
+                               : " (the first line: " + list.rejected[0].second + ")"));
   std::sort(list.items.begin(), list.items.end(),
             [](const SourceItem& a, const SourceItem& b) { return a.rel_path < b.rel_path; });
   for (size_t i = 1; i < list.items.size(); ++i)

@@ -74,13 +74,19 @@ TEST_CASE("list files and CSV", "[sources]") {
     CHECK(list.items[0].label == 10);
     CHECK(list.items[1].label == 2);
     CHECK(list.classes.size() == 11);
+    // A bad index rejects its line; a file with no usable line is refused.
     WriteFile(out / "neg.txt", "photos/chelsea.jpg 1\nphotos/coffee.jpg -1\n");
-    Status s = ingest::ReadSourceList(root, out / "neg.txt", &list);
-    CHECK(s.IsInvalidArgument());
-    CHECK_THAT(s.message(), Catch::Contains("neg.txt:2") && Catch::Contains("label -1"));
+    ingest::SourceList neg;
+    REQUIRE(ingest::ReadSourceList(root, out / "neg.txt", &neg).ok());
+    CHECK(neg.items.size() == 1);
+    REQUIRE(neg.rejected.size() == 1);
+    CHECK(neg.rejected[0].first == neg.root + "/photos/coffee.jpg");
+    CHECK_THAT(neg.rejected[0].second, Catch::Contains("neg.txt:2") && Catch::Contains("label -1"));
     WriteFile(out / "big.txt", "photos/chelsea.jpg 99999999999999999999\n");
-    s = ingest::ReadSourceList(root, out / "big.txt", &list);
-    CHECK_THAT(s.message(), Catch::Contains("big.txt:1") && Catch::Contains("class indices"));
+    Status s = ingest::ReadSourceList(root, out / "big.txt", &list);
+    CHECK(s.IsInvalidArgument());
+    CHECK_THAT(s.message(), Catch::Contains("big.txt: lists no usable files") &&
+                                Catch::Contains("big.txt:1") && Catch::Contains("class indices"));
     WriteFile(out / "many.txt", "photos/chelsea.jpg 300000000\n");
     CHECK(ingest::ReadSourceList(root, out / "many.txt", &list).IsInvalidArgument());
   }
@@ -104,15 +110,24 @@ TEST_CASE("list files and CSV", "[sources]") {
     REQUIRE(list.items.size() == 1);
     CHECK(list.items[0].rel_path == "caf\xe9/c\td\ne.jpg");
   }
-  SECTION("bad lines name the line") {
-    WriteFile(out / "bad.txt", "photos/chelsea.jpg 1\nnolabel\n");
+  SECTION("a bad line is rejected, naming the line; the good lines are listed") {
+    WriteFile(out / "bad.txt",
+              "photos/chelsea.jpg 1\nnolabel\n../etc/passwd 1\nphotos/gone.jpg 0\nphotos/coffee.jpg 0\n");
     ingest::SourceList list;
-    Status s = ingest::ReadSourceList(root, out / "bad.txt", &list);
+    REQUIRE(ingest::ReadSourceList(root, out / "bad.txt", &list).ok());
+    REQUIRE(list.items.size() == 2);
+    REQUIRE(list.rejected.size() == 3);
+    CHECK(list.rejected[0].first == "nolabel");
+    CHECK(list.rejected[0].second == out / "bad.txt:2: expected \"relative/path label\"");
+    CHECK(list.rejected[1].first == "../etc/passwd");
+    CHECK_THAT(list.rejected[1].second,
+               Catch::StartsWith(out / "bad.txt:3: the path is outside the source root"));
+    CHECK(list.rejected[2].first == list.root + "/photos/gone.jpg");
+    CHECK(list.rejected[2].second == out / "bad.txt:4: listed but not found");
+    WriteFile(out / "h.csv", "path;label\n");
+    Status s = ingest::ReadSourceList(root, out / "h.csv", &list);
     CHECK(s.IsInvalidArgument());
-    CHECK_THAT(s.message(), Catch::Contains("bad.txt:2"));
-    WriteFile(out / "escape.txt", "../etc/passwd 1\n");
-    s = ingest::ReadSourceList(root, out / "escape.txt", &list);
-    CHECK_THAT(s.message(), Catch::Contains("outside"));
+    CHECK_THAT(s.message(), Catch::Contains("h.csv:1: CSV header"));
   }
 }
 

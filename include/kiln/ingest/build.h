@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/duplicates.h"
@@ -36,6 +37,11 @@ struct SourceList {
   std::string layout;                // "imagefolder", "list" or "csv"
   std::vector<std::string> classes;  // label i names classes[i]
   std::vector<SourceItem> items;     // sorted by rel_path
+  // Lines of a list file or CSV that name no usable file - a path outside
+  // the root, a missing file, a bad label, a line that does not parse - as
+  // (path, reason naming the line): kiln build logs them in rejects.tsv
+  // like undecodable images (and --strict fails on the first).
+  std::vector<std::pair<std::string, std::string>> rejected;
 };
 
 // ImageFolder: ROOT/<class>/<file>; classes sorted by name, exactly as
@@ -45,8 +51,10 @@ struct SourceList {
 Status ListImageFolder(const std::string& root, SourceList* out);
 // A list file of "relative/path label" lines (Caffe's convert_imageset), or
 // a CSV with a header "path,label" (label a class name or an index): chosen
-// by the ".csv" extension. Paths are relative to `root`; a line that does
-// not parse or a path outside root is an InvalidArgument naming the line.
+// by the ".csv" extension. Paths are relative to `root`. A line that does
+// not parse, a path outside root, a missing file or a bad numeric label goes
+// to out->rejected; a missing list, a bad CSV header, a path listed twice or
+// no usable line at all is an InvalidArgument naming the file.
 Status ReadSourceList(const std::string& root, const std::string& list_path, SourceList* out);
 
 // ListImageFolder(root) when `list_file` is empty, else ReadSourceList.
