@@ -24,7 +24,12 @@ Status WriteFileAtomic(const std::string& dir, const std::string& name, const st
 Status FileSize(const std::string& path, uint64_t* size);
 // Creates a directory and its parents (like mkdir -p).
 Status MakeDirs(const std::string& path);
-// "<path>: <strerror(err)>" as an IOError (NotFound for ENOENT).
+// For an errno that means the data did not fit - ENOSPC (the filesystem is
+// full), EDQUOT (a quota), EFBIG (a file size limit) - what to do about it,
+// starting with "; "; "" for any other.
+std::string NoSpaceAdvice(int err);
+// "<path>: <strerror(err)>" as an IOError (NotFound for ENOENT), with
+// NoSpaceAdvice(err).
 Status PosixError(const std::string& context, int err);
 
 }  // namespace kiln

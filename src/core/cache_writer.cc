@@ -3,6 +3,8 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/resource.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -33,19 +35,41 @@ using ValueOf = std::function<Status(uint64_t index, MDB_val* value)>;
 // and the batch redone. This is the only code that writes records, for a
 // build and for a rewrite alike, so that the same records written with the
 // same batches give the same file, byte for byte (see WriteShardCanonically).
+// What a short write of `bytes` more to the file `path` ran into: EFBIG when
+// it would pass this process's file size limit, ENOSPC when the filesystem
+// has no room for it (and 1 MiB more), EIO otherwise.
+int ShortWriteCause(const std::string& path, uint64_t bytes) {
+  struct stat file;
+  struct rlimit limit;
+  if (::stat(path.c_str(), &file) == 0 && ::getrlimit(RLIMIT_FSIZE, &limit) == 0 &&
+      limit.rlim_cur != RLIM_INFINITY &&
+      static_cast<uint64_t>(file.st_size) + bytes > static_cast<uint64_t>(limit.rlim_cur))
+    return EFBIG;
+  struct statvfs fs;
+  if (::statvfs(path.c_str(), &fs) == 0 &&
+      static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize < bytes + (1u << 20))
+    return ENOSPC;
+  return EIO;
+}
+
 Status CommitBatch(LmdbEnv* env, uint64_t first, uint64_t count, const ValueOf& value_of) {
   for (;;) {
     LmdbTxn txn;
     KILN_RETURN_IF_ERROR(txn.Begin(*env, false));
     int rc = MDB_SUCCESS;
+    uint64_t batch_bytes = 0;
     for (uint64_t r = 0; r < count && rc == MDB_SUCCESS; ++r) {
       uint8_t key[kKeySize];
       EncodeKey(first + r, key);
       MDB_val k{kKeySize, key}, v;
       KILN_RETURN_IF_ERROR(value_of(first + r, &v));
+      batch_bytes += v.mv_size;
       rc = mdb_put(txn.get(), env->dbi(), &k, &v, MDB_APPEND);
     }
     if (rc == MDB_SUCCESS) rc = txn.CommitRc();
+    // LMDB reports a short write - the disk filling up in the middle of its
+    // writev - as EIO: say what it ran into.
+    if (rc == EIO) rc = ShortWriteCause(env->path(), batch_bytes);
     if (rc == MDB_MAP_FULL) {
       txn.Abort();
       KILN_RETURN_IF_ERROR(env->SetMapSize(env->map_size() * 2));

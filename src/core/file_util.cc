@@ -9,9 +9,16 @@
 
 namespace kiln {
 
+std::string NoSpaceAdvice(int err) {
+  if (err != ENOSPC && err != EDQUOT && err != EFBIG) return "";
+  return "; no space left for the cache: free space on its filesystem (or raise the quota or "
+         "file size limit, or give another OUT) and run the same command again - what was "
+         "committed is kept and the build resumes";
+}
+
 Status PosixError(const std::string& context, int err) {
   if (err == ENOENT) return Status::NotFound(context + ": " + std::strerror(err));
-  return Status::IOError(context + ": " + std::strerror(err));
+  return Status::IOError(context + ": " + std::strerror(err) + NoSpaceAdvice(err));
 }
 
 Status ReadWholeFile(const std::string& path, std::string* out) {

@@ -1,5 +1,7 @@
 #include "core/lmdb_env.h"
 
+#include "kiln/file.h"
+
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,7 +14,7 @@ namespace kiln {
 
 Status LmdbStatus(int rc, const std::string& context) {
   if (rc == MDB_SUCCESS) return Status::OK();
-  const std::string msg = context + ": " + mdb_strerror(rc);
+  const std::string msg = context + ": " + mdb_strerror(rc) + NoSpaceAdvice(rc);
   switch (rc) {
     case MDB_NOTFOUND:
     case ENOENT:
