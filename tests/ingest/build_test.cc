@@ -31,17 +31,6 @@ namespace fs = std::filesystem;
 namespace {
 
 // Every shard file and the manifest of a cache, by name.
-std::map<std::string, std::string> CacheFiles(const std::string& dir) {
-  std::map<std::string, std::string> files;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    const std::string n = e.path().filename().string();
-    const bool shard =
-        n.rfind("shard-", 0) == 0 && n.size() > 4 && n.compare(n.size() - 4, 4, ".mdb") == 0;
-    if (shard || n == "manifest.json") files[n] = ReadFile(e.path().string());
-  }
-  return files;
-}
-
 double HalfToFloat(uint16_t h) {
   const int e = (h >> 10) & 0x1F, m = h & 0x3FF;
   const double s = (h & 0x8000) ? -1 : 1;

@@ -5,8 +5,10 @@
 #define KILN_TESTS_INGEST_INGEST_TEST_UTIL_H_
 
 #include <filesystem>
+#include <map>
 #include <string>
 
+#include "kiln/cache_layout.h"
 #include "kiln/ingest/build.h"
 #include "kiln/verify.h"
 #include "test_util.h"
@@ -27,6 +29,16 @@ inline void MakePhotoFolder(const std::string& root, int per_class) {
                                                e.path().filename().string());
     }
   }
+}
+
+// The bytes of a cache's shards and manifest, by file name.
+inline std::map<std::string, std::string> CacheFiles(const std::string& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    const std::string n = e.path().filename().string();
+    if (IsShardFile(n) || n == kManifestName) files[n] = ReadFile(e.path().string());
+  }
+  return files;
 }
 
 // Build options for SRC -> OUT, the rest at their defaults.
