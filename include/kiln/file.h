@@ -20,6 +20,9 @@ Status ReadFileBytes(const std::string& path, std::vector<uint8_t>* out);
 // NAME, and DIR is fsynced, so NAME is either the old or the new content.
 Status WriteFileAtomic(const std::string& dir, const std::string& name, const std::string& temp,
                        const std::string& content);
+// fsync(2) of a file or a directory (a directory: the names in it, after a
+// rename), so that it survives a crash of the machine. IOError naming it.
+Status SyncPath(const std::string& path);
 // Size of a file in bytes; NotFound when absent.
 Status FileSize(const std::string& path, uint64_t* size);
 // Creates a directory and its parents (like mkdir -p).

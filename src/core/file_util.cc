@@ -96,6 +96,15 @@ Status WriteFileAtomic(const std::string& dir, const std::string& name, const st
   return Status::OK();
 }
 
+Status SyncPath(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return PosixError(path, errno);
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  return rc == 0 ? Status::OK() : PosixError(path + ": fsync", err);
+}
+
 Status FileSize(const std::string& path, uint64_t* size) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) return PosixError(path, errno);

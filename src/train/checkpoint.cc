@@ -149,6 +149,10 @@ Status SaveCheckpoint(const std::string& dir, Model& model, torch::optim::Optimi
     return Status::IOError(partial.string() + ": cannot write the optimizer state: " +
                            e.what_without_backtrace());
   }
+  // On disk before state.json marks the checkpoint complete: a crash of the
+  // machine cannot leave a complete-looking checkpoint with missing data.
+  for (const char* name : {"model.pt", "optimizer.pt", "rng.pt"})
+    KILN_RETURN_IF_ERROR(SyncPath((partial / name).string()));
   json j = {{"format", 1},
             {"kiln_version", KilnVersion()},
             {"epoch", c.epoch},
@@ -178,6 +182,8 @@ Status SaveCheckpoint(const std::string& dir, Model& model, torch::optim::Optimi
   }
   fs::rename(partial, final_dir, ec);
   if (ec) return Status::IOError(dir + ": " + ec.message());
+  // The renames themselves, before the old copy goes.
+  KILN_RETURN_IF_ERROR(SyncPath(final_dir.parent_path().empty() ? "." : final_dir.parent_path().string()));
   fs::remove_all(old, ec);
   return Status::OK();
 }

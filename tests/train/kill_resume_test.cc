@@ -1,0 +1,105 @@
+// kiln train --save killed with SIGKILL at seeded random moments: every
+// kill leaves a checkpoint --resume takes, training goes on from it, and a
+// checkpoint is never half-written.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <thread>
+
+#include "test_util.h"
+
+using namespace kiln;
+using namespace kiln::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+// The complete checkpoint of --save DIR, where an interrupted swap may have
+// left it (DIR, DIR.partial, DIR.old: src/train/checkpoint.cc), or "".
+std::string CompleteCheckpoint(const std::string& dir) {
+  for (const char* suffix : {"", ".partial", ".old"})
+    if (fs::exists(dir + suffix + "/state.json")) return dir + suffix;
+  return "";
+}
+
+int64_t GlobalStep(const std::string& checkpoint) {
+  const std::string state = ReadFile(checkpoint + "/state.json");
+  const size_t at = state.find("\"global_step\":");
+  REQUIRE(at != std::string::npos);
+  return std::stoll(state.substr(at + 14));
+}
+
+pid_t StartTrain(const std::vector<std::string>& args, const std::string& log) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    std::vector<char*> argv = {const_cast<char*>(KILN_BIN), const_cast<char*>("train")};
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    if (!freopen(log.c_str(), "w", stdout) || !freopen(log.c_str(), "a", stderr)) _exit(126);
+    ::execv(KILN_BIN, argv.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+int Wait(pid_t pid) {
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+}  // namespace
+
+TEST_CASE("kiln train --save killed at seeded random moments resumes from its last checkpoint",
+          "[train][kill]") {
+  TempDir dir;
+  // 256 small records: an epoch (and its checkpoint) every few milliseconds,
+  // so kills land before, during and after saves.
+  WriteTestCache(dir / "data", 256, DType::kFloat16, MakeShape({1, 8, 8}), 4);
+  const std::string ck = dir / "ck", log = dir / "log";
+  const std::vector<std::string> base = {"--data", dir / "data", "--model", "mlp", "--epochs",
+                                         "100000", "--batch-size", "32", "--log-every", "0",
+                                         "--precision", "fp32", "--device", "cpu", "--save", ck};
+  std::mt19937_64 rng(20261203);
+  std::uniform_int_distribution<int> delay_ms(1500, 4000);  // LibTorch's start-up included
+  int64_t last_step = 0;
+  int resumed = 0, progressed = 0;
+  for (int round = 0; round < 8; ++round) {
+    std::vector<std::string> args = base;
+    const std::string found = CompleteCheckpoint(ck);
+    if (!found.empty()) args.insert(args.end(), {"--resume", ck});
+    const pid_t pid = StartTrain(args, log);
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms(rng)));
+    ::kill(pid, SIGKILL);
+    const int status = Wait(pid);
+    INFO("round " << round << ", exit " << status);
+    REQUIRE(status == 128 + SIGKILL);
+    resumed += !found.empty();
+    // Whatever the moment, a complete checkpoint remains, and it moved on
+    // from the one the run resumed (a run that started over would count
+    // its steps from 0 again). Its output, buffered, died with it.
+    const std::string now = CompleteCheckpoint(ck);
+    if (now.empty()) continue;  // killed before the first save
+    for (const char* file : {"model.pt", "optimizer.pt", "rng.pt"})
+      CHECK(fs::file_size(now + "/" + file) > 0);
+    const int64_t step = GlobalStep(now);
+    CHECK(step >= last_step);
+    if (!found.empty()) progressed += step > last_step;
+    last_step = step;
+  }
+  REQUIRE(resumed >= 5);
+  CHECK(progressed >= 4);  // most resumed runs saved again before their kill
+  // The last run finishes: 3 steps past the newest checkpoint.
+  std::vector<std::string> args = base;
+  args.insert(args.end(), {"--resume", ck, "--max-steps", std::to_string(last_step + 3)});
+  const int status = Wait(StartTrain(args, log));
+  INFO(ReadFile(log));
+  REQUIRE(status == 0);
+  CHECK(GlobalStep(ck) == last_step + 3);
+}
