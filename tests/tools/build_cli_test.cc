@@ -4,6 +4,7 @@
 // library in tests/ingest.
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/mount.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -251,4 +252,91 @@ TEST_CASE("kiln inspect of a built cache: its sources' size, when it finished, d
   WriteTestCache(plain.path(), 10, DType::kUint8, MakeShape({1, 2, 2}));
   REQUIRE(Kiln("inspect " + plain.path(), &log) == 0);
   CHECK_THAT(log, !Catch::Contains("sources:") && !Catch::Contains("duplicates:"));
+}
+
+namespace {
+// DIR made read-only for this process: a read-only bind mount of it as root
+// (root writes through permissions), chmod a-w otherwise. Undone on
+// destruction. ok() is false when neither works here.
+class ReadOnlyDir {
+ public:
+  explicit ReadOnlyDir(const std::string& dir) : dir_(dir), view_(dir + ".ro") {
+    if (::geteuid() == 0) {
+      fs::create_directories(view_);
+      mounted_ = ::mount(dir.c_str(), view_.c_str(), nullptr, MS_BIND, nullptr) == 0;
+      if (mounted_ && ::mount(nullptr, view_.c_str(), nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY,
+                              nullptr) != 0) {
+        ::umount2(view_.c_str(), MNT_DETACH);
+        mounted_ = false;
+      }
+    } else {
+      view_ = dir;
+      for (const auto& e : fs::recursive_directory_iterator(dir))
+        fs::permissions(e.path(), (fs::perms::owner_write | fs::perms::group_write | fs::perms::others_write), fs::perm_options::remove);
+      fs::permissions(dir, (fs::perms::owner_write | fs::perms::group_write | fs::perms::others_write), fs::perm_options::remove);
+      chmodded_ = true;
+    }
+  }
+  ~ReadOnlyDir() {
+    if (mounted_) ::umount2(view_.c_str(), MNT_DETACH);
+    if (chmodded_) {
+      fs::permissions(dir_, fs::perms::owner_write, fs::perm_options::add);
+      for (const auto& e : fs::recursive_directory_iterator(dir_))
+        fs::permissions(e.path(), fs::perms::owner_write, fs::perm_options::add);
+    }
+  }
+  bool ok() const { return (mounted_ || chmodded_) && ::access(view_.c_str(), W_OK) != 0; }
+  const std::string& path() const { return view_; }
+
+ private:
+  std::string dir_, view_;
+  bool mounted_ = false, chmodded_ = false;
+};
+}  // namespace
+
+TEST_CASE("a cache on a read-only directory verifies, inspects, loads and trains; readers share it",
+          "[cli][read-only]") {
+  TempDir dir;
+  std::string log;
+  // Without the LMDB lock files a reader would create: a copy made for a read-only place.
+  REQUIRE(Kiln("build " + kFashion + " " + dir / "c/cache --channels 1 --progress none", &log) ==
+          0);
+  for (const auto& e : fs::directory_iterator(dir / "c/cache"))
+    if (e.path().filename().string().find("-lock") != std::string::npos) fs::remove(e.path());
+  ReadOnlyDir ro(dir / "c");
+  if (!ro.ok()) {
+    WARN("cannot make a read-only directory here (no bind mount, no chmod): skipped");
+    return;
+  }
+  const std::string cache = ro.path() + "/cache";
+  CHECK(Kiln("verify " + cache + " --progress none", &log) == 0);
+  CHECK_THAT(log, Catch::Contains("OK: the cache is intact"));
+  CHECK(Kiln("verify " + cache + " --level sources --progress none", &log) == 0);
+  CHECK(Kiln("inspect " + cache, &log) == 0);
+  CHECK(Kiln("bench " + cache + " --batch 32 --epochs 1", &log) == 0);
+  // A build into it says why it cannot write, naming the place.
+  CHECK(Kiln("build " + kFashion + " " + cache + " --channels 3 --force --progress none", &log) ==
+        2);
+  CHECK_THAT(log, Catch::Contains(cache) && Catch::Contains("Read-only file system") ||
+                      Catch::Contains("Permission denied"));
+
+  // Several readers at once: two verifies, a bench (and a training run when
+  // kiln-train is built), all on the read-only cache.
+  const bool train = fs::exists(fs::path(KILN_BIN).parent_path() / "kiln-train");
+  std::vector<std::string> cmds = {"verify " + cache + " --progress none",
+                                   "verify " + cache + " --progress none",
+                                   "bench " + cache + " --batch 16 --epochs 2"};
+  if (train)
+    cmds.push_back("train --data " + cache + " --epochs 1 --batch-size 32 --log-every 0 --device cpu");
+  std::string all;
+  for (size_t i = 0; i < cmds.size(); ++i)
+    all += std::string(KILN_BIN) + " " + cmds[i] + " > " + dir / ("r" + std::to_string(i)) +
+           " 2>&1 & ";
+  all += "for j in $(jobs -p); do wait $j || exit 1; done";
+  CHECK(RunCommand("bash -c '" + all + "'", &log) == 0);
+  for (size_t i = 0; i < cmds.size(); ++i) {
+    INFO(cmds[i] << ":\n" << ReadFile(dir / ("r" + std::to_string(i))));
+    const std::string out = ReadFile(dir / ("r" + std::to_string(i)));
+    CHECK(out.find("error") == std::string::npos);
+  }
 }
