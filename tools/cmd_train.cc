@@ -99,6 +99,9 @@ KILN_COMMAND(Command{
                       "fp32 | bf16 | fp16 | auto (default auto: bf16/fp16 on a GPU, fp32 on the CPU)");
       sub->add_option("--device", o.device, "auto | cpu | cuda | cuda:N (default auto)");
       sub->add_option("--workers", o.workers, "loader threads (default 2)");
+      sub->add_option("--dist-timeout", o.dist_timeout,
+                      "distributed: seconds to wait for the other ranks at start-up and in each "
+                      "collective (default 300)");
       sub->add_option("--threads", o.threads, "LibTorch intra-op threads (default on the CPU: one per usable CPU)");
       sub->add_option("--crop", o.crop, "random crop (val: center crop) to CROP x CROP at load time");
       sub->add_flag("--flip", o.flip, "random horizontal flip at load time");

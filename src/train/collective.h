@@ -12,6 +12,7 @@
 #include <torch/types.h>
 
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -32,10 +33,21 @@ class Collective {
   virtual void Barrier() = 0;
 };
 
+// A collective that failed: its message names this rank, the operation and
+// the cause (a peer that died or hung, past --dist-timeout). Thrown by the
+// Collective's operations; Train() turns it into an IOError.
+class DistributedError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // The launcher's process group, or *out = nullptr when WORLD_SIZE is unset
-// or 1. `description` says what was joined. InvalidArgument for a bad
-// environment; NotSupported when this build has no c10d backend.
-Status JoinFromEnvironment(std::unique_ptr<Collective>* out, std::string* description);
+// or 1. `description` says what was joined. Rendezvous and every collective
+// give up after `timeout_seconds`. InvalidArgument for a bad environment;
+// IOError naming the rank when the store cannot be reached or not every
+// rank joins in time; NotSupported when this build has no c10d backend.
+Status JoinFromEnvironment(int timeout_seconds, std::unique_ptr<Collective>* out,
+                           std::string* description);
 
 }  // namespace kiln::train
 

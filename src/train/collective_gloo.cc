@@ -3,6 +3,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/version.h>
 
+#include <chrono>
 #include <cstdlib>
 
 #include "collective.h"
@@ -17,15 +18,23 @@ class GlooCollective : public Collective {
       : rank_(rank), world_(world), store_(std::move(store)), pg_(std::move(pg)) {}
   int rank() const override { return rank_; }
   int world() const override { return world_; }
-  void AllReduceSum(torch::Tensor& t) override { Reduce(t, c10d::ReduceOp::SUM); }
-  void AllReduceMin(torch::Tensor& t) override { Reduce(t, c10d::ReduceOp::MIN); }
-  void Broadcast(std::vector<torch::Tensor>& tensors) override {
-    for (auto& t : tensors) {
-      std::vector<at::Tensor> one = {t};
-      pg_->broadcast(one)->wait();
-    }
+  void AllReduceSum(torch::Tensor& t) override {
+    Guard("all-reduce (sum)", [&] { Reduce(t, c10d::ReduceOp::SUM); });
   }
-  void Barrier() override { pg_->barrier()->wait(); }
+  void AllReduceMin(torch::Tensor& t) override {
+    Guard("all-reduce (min)", [&] { Reduce(t, c10d::ReduceOp::MIN); });
+  }
+  void Broadcast(std::vector<torch::Tensor>& tensors) override {
+    Guard("broadcast", [&] {
+      for (auto& t : tensors) {
+        std::vector<at::Tensor> one = {t};
+        pg_->broadcast(one)->wait();
+      }
+    });
+  }
+  void Barrier() override {
+    Guard("barrier", [&] { pg_->barrier()->wait(); });
+  }
 
  private:
   // One tensor per call: Gloo's allreduce of several tensors also sums
@@ -35,6 +44,27 @@ class GlooCollective : public Collective {
     c10d::AllreduceOptions o;
     o.reduceOp = op;
     pg_->allreduce(one, o)->wait();
+  }
+  // Runs a collective; its failure becomes a DistributedError that names
+  // this rank, the operation and the likely cause.
+  template <typename F>
+  void Guard(const char* op, F&& f) {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+      std::string what = c10_error ? c10_error->what_without_backtrace() : e.what();
+      what = what.substr(0, what.find('\n'));
+      const bool timeout = what.find("imed out") != std::string::npos ||
+                           what.find("imeout") != std::string::npos;
+      throw DistributedError(
+          "rank " + std::to_string(rank_) + " of " + std::to_string(world_) + ": the " + op +
+          " failed: " +
+          (timeout ? "a peer rank did not take part within --dist-timeout (hung, or much slower)"
+                   : "a peer rank is gone (it exited, crashed or was killed, or the network "
+                     "failed)") +
+          "; its own log says why. Gloo said: " + what.substr(0, 500));
+    }
   }
   int rank_, world_;
   c10::intrusive_ptr<c10d::Store> store_;
@@ -54,7 +84,8 @@ Status EnvInt(const char* name, long lo, long hi, long* out) {
 
 }  // namespace
 
-Status JoinFromEnvironment(std::unique_ptr<Collective>* out, std::string* description) {
+Status JoinFromEnvironment(int timeout_seconds, std::unique_ptr<Collective>* out,
+                           std::string* description) {
   out->reset();
   if (std::getenv("WORLD_SIZE") == nullptr) return Status::OK();
   long world = 0, rank = 0, port = 0;
@@ -70,8 +101,10 @@ Status JoinFromEnvironment(std::unique_ptr<Collective>* out, std::string* descri
     so.port = static_cast<uint16_t>(port);
     so.isServer = rank == 0;
     so.numWorkers = static_cast<size_t>(world);
+    so.timeout = std::chrono::seconds(timeout_seconds);
     auto store = c10::make_intrusive<c10d::TCPStore>(addr, so);
     auto opts = c10d::ProcessGroupGloo::Options::create();
+    opts->timeout = std::chrono::milliseconds(int64_t{timeout_seconds} * 1000);
     // GLOO_SOCKET_IFNAME picks the network interface, as in PyTorch; one
     // machine uses the loopback; otherwise the address the hostname has.
     const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
@@ -87,9 +120,21 @@ Status JoinFromEnvironment(std::unique_ptr<Collective>* out, std::string* descri
     *out = std::make_unique<GlooCollective>(static_cast<int>(rank), static_cast<int>(world),
                                             store, pg);
   } catch (const std::exception& e) {
-    return Status::IOError(std::string("joining the process group at ") + addr + ":" +
-                           std::to_string(port) + " as rank " + std::to_string(rank) + " of " +
-                           std::to_string(world) + ": " + e.what());
+    const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+    std::string what = c10_error ? c10_error->what_without_backtrace() : e.what();
+    what = what.substr(0, what.find('\n'));
+    const std::string store = std::string(addr) + ":" + std::to_string(port);
+    return Status::IOError(
+        "rank " + std::to_string(rank) + " of " + std::to_string(world) + ": " +
+        (rank == 0 ? "not every rank joined the store at " + store + " within " +
+                         std::to_string(timeout_seconds) +
+                         " s (--dist-timeout): start all WORLD_SIZE ranks, with the same "
+                         "MASTER_ADDR and MASTER_PORT"
+                   : "cannot join the store at " + store + " within " +
+                         std::to_string(timeout_seconds) +
+                         " s (--dist-timeout): is rank 0 running, and are MASTER_ADDR and "
+                         "MASTER_PORT rank 0's?") +
+        " (" + what.substr(0, 500) + ")");
   }
   *description = "rank " + std::to_string(rank) + " of " + std::to_string(world) + " (Gloo, store " +
                  addr + ":" + std::to_string(port) + ")";

@@ -6,7 +6,8 @@
 
 namespace kiln::train {
 
-Status JoinFromEnvironment(std::unique_ptr<Collective>* out, std::string* description) {
+Status JoinFromEnvironment(int /*timeout_seconds*/, std::unique_ptr<Collective>* out,
+                           std::string* description) {
   out->reset();
   description->clear();
   const char* world = std::getenv("WORLD_SIZE");

@@ -40,7 +40,10 @@ Status Trainer::Setup() {
                                    ": must be at least 1 (the batch size --lr was chosen for)");
   // Launched like torchrun: one process per rank, rank 0 logs and saves.
   std::string joined;
-  KILN_RETURN_IF_ERROR(JoinFromEnvironment(&dist_, &joined));
+  if (o_.dist_timeout < 1)
+    return Status::InvalidArgument("--dist-timeout " + std::to_string(o_.dist_timeout) +
+                                   ": must be at least 1 second");
+  KILN_RETURN_IF_ERROR(JoinFromEnvironment(o_.dist_timeout, &dist_, &joined));
   if (dist_) {
     if (!lead()) out_.rdbuf(&null_buffer_);
     out_ << "dist   " << joined << ": each rank trains on its share of every epoch\n";
@@ -185,7 +188,7 @@ TensorLoaderOptions Trainer::LoaderFor(int64_t batch, bool train) const {
   lo.loader.crop = o_.crop;
   lo.loader.random_crop = train && o_.crop > 0;
   lo.loader.random_flip = train && o_.flip;
-  if (dist_ && train) {  // DistributedSampler's share; evaluation runs on rank 0 alone
+  if (dist_) {  // DistributedSampler's share; evaluation's padding is not counted (Evaluate)
     lo.loader.rank = dist_->rank();
     lo.loader.world_size = dist_->world();
   }

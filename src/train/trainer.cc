@@ -124,11 +124,23 @@ Status Trainer::Evaluate(EpochStats* stats) {
   torch::Tensor loss_sum = torch::zeros({}, f64), top1 = torch::zeros({}, f64),
                 top5 = torch::zeros({}, f64);
   int64_t n = 0;
+  // Distributed, rank r of W takes positions r, r+W, ... of the records,
+  // padded at the end by wrap-around: only its first `real` samples are
+  // records of its own, the rest repeat other ranks' and are not counted.
+  const int64_t count = static_cast<int64_t>(val_->size());
+  const int64_t rank = dist_ ? dist_->rank() : 0, world = dist_ ? dist_->world() : 1;
+  const int64_t real = rank < count ? (count - rank + world - 1) / world : 0;
   for (;;) {
     torch::Tensor x, y;
     Status s = loader->Next(&x, &y);
     if (s.IsNotFound()) break;
     KILN_RETURN_IF_ERROR(s);
+    const int64_t keep = std::min<int64_t>(x.size(0), real - n);
+    if (keep <= 0) continue;
+    if (keep < x.size(0)) {
+      x = x.narrow(0, 0, keep);
+      y = y.narrow(0, 0, keep);
+    }
     torch::Tensor logits;
     {
       AutocastGuard amp(device_, precision_);
@@ -144,6 +156,16 @@ Status Trainer::Evaluate(EpochStats* stats) {
     n += x.size(0);
   }
   model_.SetTraining(true);
+  if (dist_) {
+    torch::Tensor sums = torch::stack({loss_sum.to(torch::kCPU), top1.to(torch::kCPU, torch::kFloat64),
+                                       top5.to(torch::kCPU, torch::kFloat64),
+                                       torch::tensor(static_cast<double>(n), torch::kFloat64)});
+    dist_->AllReduceSum(sums);
+    loss_sum = sums[0];
+    top1 = sums[1];
+    top5 = sums[2];
+    n = static_cast<int64_t>(sums[3].item<double>());
+  }
   if (n == 0) return Status::OK();
   stats->val_loss = loss_sum.item<double>() / n;
   stats->val_top1 = top1.item<double>() / n;
@@ -290,7 +312,9 @@ Status Trainer::Run(TrainResult* result) {
       if (epoch_meter.samples > 0) result->epochs.push_back(es);
       break;
     }
-    if (val_ && lead()) KILN_RETURN_IF_ERROR(Evaluate(&es));
+    // Every rank evaluates its share, so no rank waits on rank 0's
+    // evaluation past --dist-timeout; the sums are all-reduced.
+    if (val_) KILN_RETURN_IF_ERROR(Evaluate(&es));
     if (dist_) dist_->Barrier();
     const double share = es.seconds > 0 ? es.data_wait_seconds / es.seconds : 0;
     out_ << "epoch " << es.epoch << "/" << o_.epochs << " done in " << Fixed(es.seconds, 1)
@@ -342,6 +366,8 @@ Status Train(const TrainOptions& options, TrainResult* result) {
     Status s = t.Run(&local);
     if (result) *result = std::move(local);
     return s;
+  } catch (const DistributedError& e) {
+    return Status::IOError(e.what());
   } catch (const std::exception& e) {
     const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
     if (c10_error != nullptr && IsOutOfMemory(*c10_error))

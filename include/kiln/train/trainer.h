@@ -47,6 +47,7 @@ struct TrainOptions {
   bool allow_mismatch = false;      // accept a val cache preprocessed differently
   bool verify = true;               // verify --level quick on every cache at start-up
   int workers = 2;                  // loader threads
+  int dist_timeout = 300;           // seconds: rendezvous and each collective, distributed
   uint32_t crop = 0;                // random crop (train) / center crop (val) to crop x crop
   bool flip = false;                // random horizontal flip (train)
   bool channels_last = false;
