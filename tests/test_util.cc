@@ -1,7 +1,12 @@
 #include "test_util.h"
 
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <algorithm>
@@ -67,6 +72,41 @@ void WriteTestCache(const std::string& dir, uint64_t n, DType dtype, const Shape
   for (int c = 0; c < classes; ++c) m.classes.push_back("class" + std::to_string(c));
   s = w->Finish(&m);
   REQUIRE(s.ok());
+}
+
+int StartProcess(const std::vector<std::string>& argv, const std::string& output) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    const int fd = output.empty() ? ::open("/dev/null", O_WRONLY)
+                                  : ::open(output.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) ::_exit(126);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+int WaitExit(int pid) {
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+std::string FreeLocalPort() {
+  const int sock = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(sock, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+  socklen_t len = sizeof(a);
+  REQUIRE(::getsockname(sock, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  ::close(sock);
+  return std::to_string(ntohs(a.sin_port));
 }
 
 int RunCommand(const std::string& cmd, std::string* output) {

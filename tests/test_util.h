@@ -36,6 +36,14 @@ Shape MakeShape(std::initializer_list<uint32_t> dims);
 // Runs a shell command, returning its exit status; stdout+stderr go to *output.
 int RunCommand(const std::string& cmd, std::string* output);
 
+// Starts `argv` (argv[0] the program's path) without waiting, its stdout
+// and stderr to the file `output` ("" = /dev/null); returns its pid.
+int StartProcess(const std::vector<std::string>& argv, const std::string& output = "");
+// Waits for process `pid`: its exit status, or 128 + the signal that ended it.
+int WaitExit(int pid);
+// A TCP port of 127.0.0.1 that is free at the moment of the call.
+std::string FreeLocalPort();
+
 std::string ReadFile(const std::string& path);
 void WriteFile(const std::string& path, const std::string& content);
 

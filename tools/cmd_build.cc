@@ -114,12 +114,8 @@ int RunBuild(BuildArgs& a) {
   auto info = [](const std::string& line) { std::cerr << line << "\n"; };
   ingest::BuildResult r;
   s = ingest::BuildCache(o, progress, info, &r);
-  if (!r.first_reject.empty()) {
-    std::string first = r.first_reject;  // "path<TAB>reason"
-    const size_t tab = first.find('\t');
-    if (tab != std::string::npos) first.replace(tab, 1, ": ");
-    std::cerr << "rejected inputs are listed in rejects.tsv; the first: " << first << "\n";
-  }
+  if (!r.first_reject.empty())
+    std::cerr << "rejected inputs are listed in rejects.tsv; the first: " << r.first_reject << "\n";
   if (!s.ok()) return ReportError("build", s);
   if (!r.up_to_date || r.written > 0) {
     std::cout << "kiln build: " << r.written << " written, " << r.rejected << " rejected";

@@ -284,7 +284,7 @@ class Builder {
     res_->rejected += rejects.lines().size();
     res_->bytes += counts.written * pre.record_bytes();
     if (!rejects.lines().empty() && res_->first_reject.empty())
-      res_->first_reject = rejects.lines()[0];
+      res_->first_reject = RejectText(rejects.lines()[0]);
     if (!failure.ok()) {
       (void)writer->Commit();  // keep what is good for a resume
       return failure;

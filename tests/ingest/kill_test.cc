@@ -1,9 +1,6 @@
 // Crash safety at scale: kiln build killed with SIGKILL at 20 seeded random
 // moments, resumed each time, ends with the bytes of an uninterrupted build.
-#include <fcntl.h>
 #include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -20,28 +17,9 @@ namespace fs = std::filesystem;
 namespace {
 
 // Runs the kiln binary with `args` (its output to /dev/null); returns its pid.
-pid_t StartKiln(const std::vector<std::string>& args) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    std::vector<char*> argv;
-    static const std::string bin = KILN_BIN;
-    argv.push_back(const_cast<char*>(bin.c_str()));
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    const int null = ::open("/dev/null", O_WRONLY);
-    ::dup2(null, 1);
-    ::dup2(null, 2);
-    ::execv(bin.c_str(), argv.data());
-    _exit(127);
-  }
-  return pid;
-}
-
-// Waits for `pid`; its exit status (128 + signal when killed).
-int Wait(pid_t pid) {
-  int st = 0;
-  ::waitpid(pid, &st, 0);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+int StartKiln(std::vector<std::string> args) {
+  args.insert(args.begin(), KILN_BIN);
+  return StartProcess(args);
 }
 
 }  // namespace
@@ -60,7 +38,7 @@ TEST_CASE("kiln build killed at 20 seeded random moments resumes to identical by
   };
   // The uninterrupted build, timed: the kill moments spread over its length.
   const auto t0 = std::chrono::steady_clock::now();
-  REQUIRE(Wait(StartKiln(args(ref.path()))) == 0);
+  REQUIRE(WaitExit(StartKiln(args(ref.path()))) == 0);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
@@ -75,10 +53,10 @@ TEST_CASE("kiln build killed at 20 seeded random moments resumes to identical by
       fs::remove_all(out.path());
       fs::create_directories(out.path());
     }
-    const pid_t pid = StartKiln(args(out.path()));
+    const int pid = StartKiln(args(out.path()));
     std::this_thread::sleep_for(std::chrono::duration<double>(moment(rng) * seconds));
     ::kill(pid, SIGKILL);
-    const int status = Wait(pid);
+    const int status = WaitExit(pid);
     INFO("round " << round << ": exit " << status);
     CHECK((status == 128 + SIGKILL || status == 0));
     killed += status == 128 + SIGKILL;
@@ -86,7 +64,7 @@ TEST_CASE("kiln build killed at 20 seeded random moments resumes to identical by
     if (fs::exists(out / kManifestName)) CHECK(Problems(out.path()) == "");
   }
   REQUIRE(killed == 20);
-  const int status = Wait(StartKiln(args(out.path())));
+  const int status = WaitExit(StartKiln(args(out.path())));
   REQUIRE(status == 0);
   CHECK(CacheFiles(out.path()) == CacheFiles(ref.path()));
   CHECK(Problems(out.path()) == "");

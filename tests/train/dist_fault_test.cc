@@ -1,11 +1,7 @@
 // Distributed kiln train (Gloo, launched like torchrun): validation on every
 // rank's share, and the faults a run meets - a dead peer, a store nobody
 // hosts - each ending the rank with a message that names it and the cause.
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -25,36 +21,14 @@ using namespace kiln::train;
 
 namespace {
 
-std::string FreePort() {
-  const int sock = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(sock, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
-  socklen_t len = sizeof(a);
-  REQUIRE(::getsockname(sock, reinterpret_cast<sockaddr*>(&a), &len) == 0);
-  ::close(sock);
-  return std::to_string(ntohs(a.sin_port));
-}
-
 // Starts rank `rank` of `world` of `kiln train ARGS`, its output to LOG.
-pid_t StartRank(int rank, int world, const std::string& port, const std::string& args,
-                const std::string& log) {
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    const std::string cmd = "RANK=" + std::to_string(rank) + " WORLD_SIZE=" +
-                            std::to_string(world) + " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port +
-                            " exec " + KILN_BIN + " train" + args + " > " + log + " 2>&1";
-    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  return pid;
-}
-
-int Wait(pid_t pid) {
-  int st = 0;
-  ::waitpid(pid, &st, 0);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+int StartRank(int rank, int world, const std::string& port, const std::string& args,
+              const std::string& log) {
+  return StartProcess({"/bin/sh", "-c",
+                       "RANK=" + std::to_string(rank) + " WORLD_SIZE=" + std::to_string(world) +
+                           " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + " exec " + KILN_BIN +
+                           " train" + args},
+                      log);
 }
 
 bool WithoutGloo(const std::string& log) {
@@ -74,13 +48,13 @@ TEST_CASE("two ranks each evaluate their share: the validation figures of one pr
   const std::string common = " --data " + dir / "train" + " --val " + dir / "val" +
                              " --model mlp --epochs 1 --schedule constant --lr 0.1"
                              " --precision fp32 --device cpu --log-every 0 --dist-timeout 60";
-  const std::string port = FreePort();
-  pid_t pids[2];
+  const std::string port = FreeLocalPort();
+  int pids[2];
   for (int r = 0; r < 2; ++r)
     pids[r] = StartRank(r, 2, port, common + " --batch-size 16",
                         dir / ("rank" + std::to_string(r) + ".log"));
   int status[2];
-  for (int r = 0; r < 2; ++r) status[r] = Wait(pids[r]);
+  for (int r = 0; r < 2; ++r) status[r] = WaitExit(pids[r]);
   const std::string log0 = ReadFile(dir / "rank0.log");
   if (WithoutGloo(log0)) return;
   INFO(log0 << "\nrank 1:\n" << ReadFile(dir / "rank1.log"));
@@ -118,9 +92,9 @@ TEST_CASE("a rank whose peer is killed exits non-zero, naming itself and the cau
   const std::string args = " --data " + dir / "train" +
                            " --model mlp --epochs 100000 --batch-size 16 --precision fp32"
                            " --device cpu --log-every 10 --dist-timeout 60";
-  const std::string port = FreePort();
-  const pid_t r0 = StartRank(0, 2, port, args, dir / "rank0.log");
-  const pid_t r1 = StartRank(1, 2, port, args, dir / "rank1.log");
+  const std::string port = FreeLocalPort();
+  const int r0 = StartRank(0, 2, port, args, dir / "rank0.log");
+  const int r1 = StartRank(1, 2, port, args, dir / "rank1.log");
   // Kill rank 1 once rank 0 trains (or after 60 s, whatever happened).
   for (int i = 0; i < 600; ++i) {
     if (ReadFile(dir / "rank0.log").find("step 10/") != std::string::npos) break;
@@ -128,9 +102,9 @@ TEST_CASE("a rank whose peer is killed exits non-zero, naming itself and the cau
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   ::kill(r1, SIGKILL);
-  Wait(r1);
+  WaitExit(r1);
   const auto t0 = std::chrono::steady_clock::now();
-  const int status = Wait(r0);
+  const int status = WaitExit(r0);
   const std::string log0 = ReadFile(dir / "rank0.log");
   if (WithoutGloo(log0)) return;
   INFO(log0);
@@ -149,9 +123,9 @@ TEST_CASE("a rank that cannot join the store gives up after --dist-timeout, sayi
   WriteTestCache(dir / "train", 64, DType::kFloat16, MakeShape({1, 8, 8}), 4);
   const std::string args = " --data " + dir / "train" +
                            " --model mlp --epochs 1 --device cpu --dist-timeout 3";
-  const std::string port = FreePort();
+  const std::string port = FreeLocalPort();
   // Rank 1 of 2 with no rank 0 hosting the store.
-  int status = Wait(StartRank(1, 2, port, args, dir / "rank1.log"));
+  int status = WaitExit(StartRank(1, 2, port, args, dir / "rank1.log"));
   std::string log = ReadFile(dir / "rank1.log");
   if (WithoutGloo(log)) return;
   INFO(log);
@@ -159,14 +133,14 @@ TEST_CASE("a rank that cannot join the store gives up after --dist-timeout, sayi
   CHECK_THAT(log, Catch::Contains("rank 1 of 2: cannot join the store at 127.0.0.1:" + port +
                                   " within 3 s (--dist-timeout): is rank 0 running"));
   // Rank 0 of 2 alone: the other rank never comes.
-  status = Wait(StartRank(0, 2, port, args, dir / "rank0.log"));
+  status = WaitExit(StartRank(0, 2, port, args, dir / "rank0.log"));
   log = ReadFile(dir / "rank0.log");
   INFO(log);
   CHECK(status == 2);
   CHECK_THAT(log, Catch::Contains("rank 0 of 2: not every rank joined the store at 127.0.0.1:" +
                                   port + " within 3 s"));
   // A timeout below a second is refused before anything starts.
-  status = Wait(StartRank(0, 2, port, args.substr(0, args.find(" --dist-timeout")) +
+  status = WaitExit(StartRank(0, 2, port, args.substr(0, args.find(" --dist-timeout")) +
                                         " --dist-timeout 0", dir / "bad.log"));
   CHECK(status == 2);
   CHECK_THAT(ReadFile(dir / "bad.log"), Catch::Contains("--dist-timeout 0: must be at least 1"));

@@ -2,8 +2,6 @@
 // kill leaves a checkpoint --resume takes, training goes on from it, and a
 // checkpoint is never half-written.
 #include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -35,23 +33,10 @@ int64_t GlobalStep(const std::string& checkpoint) {
   return std::stoll(state.substr(at + 14));
 }
 
-pid_t StartTrain(const std::vector<std::string>& args, const std::string& log) {
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    std::vector<char*> argv = {const_cast<char*>(KILN_BIN), const_cast<char*>("train")};
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    if (!freopen(log.c_str(), "w", stdout) || !freopen(log.c_str(), "a", stderr)) _exit(126);
-    ::execv(KILN_BIN, argv.data());
-    ::_exit(127);
-  }
-  return pid;
-}
-
-int Wait(pid_t pid) {
-  int st = 0;
-  ::waitpid(pid, &st, 0);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+int StartTrain(const std::vector<std::string>& args, const std::string& log) {
+  std::vector<std::string> argv = {KILN_BIN, "train"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return StartProcess(argv, log);
 }
 
 }  // namespace
@@ -74,10 +59,10 @@ TEST_CASE("kiln train --save killed at seeded random moments resumes from its la
     std::vector<std::string> args = base;
     const std::string found = CompleteCheckpoint(ck);
     if (!found.empty()) args.insert(args.end(), {"--resume", ck});
-    const pid_t pid = StartTrain(args, log);
+    const int pid = StartTrain(args, log);
     std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms(rng)));
     ::kill(pid, SIGKILL);
-    const int status = Wait(pid);
+    const int status = WaitExit(pid);
     INFO("round " << round << ", exit " << status);
     REQUIRE(status == 128 + SIGKILL);
     resumed += !found.empty();
@@ -98,7 +83,7 @@ TEST_CASE("kiln train --save killed at seeded random moments resumes from its la
   // The last run finishes: 3 steps past the newest checkpoint.
   std::vector<std::string> args = base;
   args.insert(args.end(), {"--resume", ck, "--max-steps", std::to_string(last_step + 3)});
-  const int status = Wait(StartTrain(args, log));
+  const int status = WaitExit(StartTrain(args, log));
   INFO(ReadFile(log));
   REQUIRE(status == 0);
   CHECK(GlobalStep(ck) == last_step + 3);

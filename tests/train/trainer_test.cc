@@ -7,11 +7,8 @@
 #undef CHECK
 #include <catch2/catch.hpp>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -619,16 +616,7 @@ TEST_CASE("two ranks (Gloo, launched like torchrun) make the update of one proce
           "[train][dist]") {
   TempDir dir;
   if (!BuildSampleCaches(dir)) return;
-  // A free port for rank 0's store.
-  int sock = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(sock, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
-  socklen_t len = sizeof(a);
-  REQUIRE(::getsockname(sock, reinterpret_cast<sockaddr*>(&a), &len) == 0);
-  const std::string port = std::to_string(ntohs(a.sin_port));
-  ::close(sock);
+  const std::string port = FreeLocalPort();  // for rank 0's store
 
   const std::string args = " train --data " + dir / "train" +
                            " --model mlp --max-steps 4 --epochs 1 --schedule constant --lr 0.1"
