@@ -12,7 +12,8 @@ for kiln, and a plain PyTorch training loop to compare kiln train with.
       ROOT/test (PNG decoded every epoch); --cache: tools/kiln_torch.py's KilnDataset
       over kiln caches (the same data kiln trains on). Prints one JSON line per epoch:
       {"epoch", "seconds", "samples_per_s", "val_top1"}; seconds count the training
-      loop (data waits included), not the evaluation, as kiln's epoch seconds do.
+      loop (data waits included), not the evaluation, as kiln's epoch seconds do;
+      "profile_seconds" splits them by phase like kiln train --profile.
 
 MODEL: parity_cnn (conv-BN-ReLU x4, two max-pools, Linear 1568->128, dropout 0.25,
 Linear 128->10, for 1x28x28), kiln_cnn (kiln's built-in cnn, layer for layer), or
@@ -115,27 +116,45 @@ def loaders(a):
 
 
 def train(a):
+    if a.threads > 0:
+        torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     tl, vl, normalize, classes, channels = loaders(a)
     model = make_model(a.model, classes, channels)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, nesterov=True,
                           weight_decay=5e-4)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.05, total_steps=len(tl) * a.epochs)
+    clock = time.perf_counter
     for epoch in range(a.epochs):
         model.train()
-        n = 0
-        t0 = time.perf_counter()
-        for x, y in tl:
+        n = steps = 0
+        phase = dict(data_wait=0.0, forward=0.0, backward=0.0, optimizer=0.0)
+        t0 = t = clock()
+        it = iter(tl)
+        while True:
+            # The phases of kiln train --profile: data wait (the next batch, its
+            # normalization and conversion), forward with the loss, backward,
+            # optimizer (zero_grad, step, schedule). A few clock reads a step.
+            try:
+                x, y = next(it)
+            except StopIteration:
+                break
             if normalize is not None:
                 x = normalize(x)
             x = x.float()
+            u = clock(); phase["data_wait"] += u - t; t = u
             loss = F.cross_entropy(model(x), y)
+            u = clock(); phase["forward"] += u - t; t = u
             opt.zero_grad()
+            u = clock(); phase["optimizer"] += u - t; t = u
             loss.backward()
+            u = clock(); phase["backward"] += u - t; t = u
             opt.step()
             sched.step()
+            u = clock(); phase["optimizer"] += u - t; t = u
             n += x.size(0)
-        seconds = time.perf_counter() - t0
+            steps += 1
+        seconds = clock() - t0
         model.eval()
         correct = total = 0
         with torch.no_grad():
@@ -145,7 +164,9 @@ def train(a):
                 correct += (model(x.float()).argmax(1) == y).sum().item()
                 total += y.numel()
         print(json.dumps({"epoch": epoch + 1, "seconds": seconds, "samples_per_s": n / seconds,
-                          "val_top1": correct / total}), flush=True)
+                          "val_top1": correct / total,
+                          "profile_seconds": dict(steps=steps, seconds=seconds, **phase)}),
+              flush=True)
 
 
 def main():
@@ -163,6 +184,8 @@ def main():
     t.add_argument("--epochs", type=int, default=3)
     t.add_argument("--workers", type=int, default=2)
     t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--threads", type=int, default=0,
+                   help="intra-op threads (torch.set_num_threads); 0: LibTorch's default")
     a = p.parse_args()
     if a.cmd == "export":
         torch.manual_seed(a.seed)

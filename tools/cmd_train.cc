@@ -96,7 +96,8 @@ KILN_COMMAND(Command{
       sub->add_option("--gamma", o.gamma, "step schedule: decay factor (default 0.1)");
       sub->add_option("--label-smoothing", o.label_smoothing, "label smoothing (default 0)");
       sub->add_option("--precision", a->precision,
-                      "fp32 | bf16 | fp16 | auto (default auto: bf16/fp16 on a GPU, fp32 on the CPU)");
+                      "fp32 | bf16 | fp16 | auto (default auto: bf16/fp16 on a GPU; bf16 on a CPU with native "
+                      "bf16 (AVX512-BF16/AMX), fp32 on other CPUs)");
       sub->add_option("--device", o.device, "auto | cpu | cuda | cuda:N (default auto)");
       sub->add_option("--workers", o.workers, "loader threads (default 2)");
       sub->add_option("--dist-timeout", o.dist_timeout,
@@ -106,6 +107,9 @@ KILN_COMMAND(Command{
       sub->add_option("--crop", o.crop, "random crop (val: center crop) to CROP x CROP at load time");
       sub->add_flag("--flip", o.flip, "random horizontal flip at load time");
       sub->add_flag("--channels-last", o.channels_last, "channels-last (NHWC) input layout");
+      sub->add_flag("--profile", o.profile,
+                    "report where each epoch's step time went: data wait, forward, backward, "
+                    "optimizer (waits for the GPU at each phase)");
       sub->add_option("--seed", o.seed, "seed of weights, order and augmentation (default 0)");
       sub->add_option("--log-every", o.log_every, "steps between progress lines (default 50)");
       sub->add_option("--metrics", o.metrics, "write one JSON object per log step and per epoch");

@@ -4,6 +4,8 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include "core/cpus.h"
+
 // LibTorch 2.4 replaced the per-device autocast setters with ones that take
 // a DeviceType; 1.13 has only the old ones.
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
@@ -23,7 +25,9 @@ const char* PrecisionName(Precision p) {
   return "?";
 }
 
-Status ResolvePrecision(PrecisionChoice choice, const torch::Device& device, Precision* out) {
+Status ResolvePrecision(PrecisionChoice choice, const torch::Device& device, Precision* out,
+                        std::string* why) {
+  if (why) why->clear();
   if (choice == PrecisionChoice::kFp32) {
     *out = Precision::kFp32;
   } else if (choice == PrecisionChoice::kBf16) {
@@ -34,17 +38,22 @@ Status ResolvePrecision(PrecisionChoice choice, const torch::Device& device, Pre
       return Status::NotSupported(
           "--precision fp16 on the CPU needs LibTorch >= 2.4 (this one is " TORCH_VERSION
           "); use --precision bf16 or fp32");
-  } else {  // kAuto
-    *out = Precision::kFp32;
-    if (device.is_cuda()) {
-      *out = Precision::kFp16;
-      try {
-        auto a = torch::ones({16, 16}, torch::TensorOptions().dtype(torch::kBFloat16).device(device));
-        (void)a.matmul(a).sum().item<float>();
-        *out = Precision::kBf16;
-      } catch (const c10::Error&) {
-      }
+  } else if (device.is_cuda()) {  // kAuto
+    *out = Precision::kFp16;
+    try {
+      auto a = torch::ones({16, 16}, torch::TensorOptions().dtype(torch::kBFloat16).device(device));
+      (void)a.matmul(a).sum().item<float>();
+      *out = Precision::kBf16;
+    } catch (const c10::Error&) {
     }
+    if (why) *why = *out == Precision::kBf16 ? "auto: the GPU runs bf16" : "auto: no bf16 on the GPU";
+  } else {  // kAuto on the CPU
+    const bool native = CpuHasNativeBf16();
+    *out = native ? Precision::kBf16 : Precision::kFp32;
+    if (why)
+      *why = native ? "auto: this CPU computes bf16 natively, with AVX512-BF16 or AMX; "
+                      "--precision fp32 for full precision"
+                    : "auto: this CPU has no native bf16";
   }
   return Status::OK();
 }

@@ -82,6 +82,7 @@ Status Trainer::MakeOptimizer() {
   out_ << ", " << LrScheduleName(o_.schedule) << " schedule; batch " << batch_ << " x " << o_.accum_steps
        << " accumulation" << (ranks > 1 ? " x " + std::to_string(ranks) + " ranks" : std::string())
        << " = " << effective << " per step; precision " << PrecisionName(precision_)
+       << (precision_why_.empty() ? "" : " (" + precision_why_ + ")")
        << " on " << device_.str() << "\n";
   return Status::OK();
 }

@@ -75,7 +75,7 @@ Status Trainer::Setup() {
        << " loader workers; OpenMP waits: OMP_WAIT_POLICY="
        << (std::getenv("OMP_WAIT_POLICY") ? std::getenv("OMP_WAIT_POLICY") : "unset (spinning)")
        << "\n";
-  KILN_RETURN_IF_ERROR(ResolvePrecision(o_.precision, device_, &precision_));
+  KILN_RETURN_IF_ERROR(ResolvePrecision(o_.precision, device_, &precision_, &precision_why_));
   scaler_ = LossScaler(LossScalerOptions{precision_ == Precision::kFp16});
 
   // Caches: verified, and the validation cache preprocessed like the training one.

@@ -37,6 +37,7 @@ void Trainer::Metric(const json& j) {
 }
 
 void Trainer::ForwardBackward(const torch::Tensor& x, const torch::Tensor& y, Meter* meter) {
+  clock_.Restart();
   torch::Tensor logits;
   {
     AutocastGuard amp(device_, precision_);
@@ -45,7 +46,9 @@ void Trainer::ForwardBackward(const torch::Tensor& x, const torch::Tensor& y, Me
   torch::Tensor loss = torch::nn::functional::cross_entropy(
       logits.to(torch::kFloat), y,
       torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(o_.label_smoothing));
+  clock_.Lap(&phases_.forward);
   scaler_.Scale(loss / o_.accum_steps).backward();
+  clock_.Lap(&phases_.backward);
   if (meter == nullptr) return;
   torch::NoGradGuard no_grad;
   meter->loss_sum += loss.detach().to(torch::kFloat64) * x.size(0);
@@ -74,11 +77,13 @@ Status Trainer::Step(TensorLoader& loader, Meter& meter, bool* epoch_end, bool* 
     ForwardBackward(x, y, &meter);
   }
   // Ctrl-C on any rank stops every rank after this same step.
+  clock_.Restart();
   *stop = dist_ ? ReduceGradients(g_sigint.load() > 0) : g_sigint.load() > 0;
   const bool finite = scaler_.UnscaleAndCheck(trainable_);
   if (finite) opt_->step();
   scaler_.Update(!finite);
   opt_->zero_grad();
+  clock_.Lap(&phases_.optimizer);
   return Status::OK();
 }
 
@@ -197,6 +202,7 @@ Status Trainer::Run(TrainResult* result) {
                                    " x " + std::to_string(o_.accum_steps) +
                                    "; lower --batch-size or --accum-steps");
   const int64_t total_steps = steps_per_epoch * o_.epochs;
+  if (o_.profile) clock_.Enable(device_.is_cuda());
   const std::string interrupt_dir = o_.save.empty() ? "kiln-checkpoint" : o_.save;
 
   for (int64_t epoch = start_.epoch; epoch < o_.epochs; ++epoch) {
@@ -204,6 +210,7 @@ Status Trainer::Run(TrainResult* result) {
     KILN_RETURN_IF_ERROR(
         loader->StartEpoch(static_cast<uint64_t>(epoch), static_cast<uint64_t>(first_step * o_.accum_steps)));
     (void)loader->TakeWaitSeconds();
+    phases_ = PhaseTimes();
     model_.SetTraining(true);
     Meter epoch_meter, log_meter;
     epoch_meter.Reset(device_);
@@ -294,7 +301,13 @@ Status Trainer::Run(TrainResult* result) {
     EpochStats es;
     es.epoch = static_cast<int>(epoch + 1);
     es.seconds = seconds_before + Seconds(t_epoch);
-    es.data_wait_seconds = wait_epoch + loader->TakeWaitSeconds();
+    const double run_seconds = Seconds(t_epoch), run_wait = loader->TakeWaitSeconds();
+    es.data_wait_seconds = wait_epoch + run_wait;
+    if (o_.profile) {
+      es.forward_seconds = phases_.forward;
+      es.backward_seconds = phases_.backward;
+      es.optimizer_seconds = phases_.optimizer;
+    }
     if (dist_) ReduceMeter(&epoch_meter);
     es.samples_per_second = epoch_meter.samples / std::max(1e-9, es.seconds);
     if (epoch_meter.samples > 0) {
@@ -331,10 +344,24 @@ Status Trainer::Run(TrainResult* result) {
                             "stored size would help"
                           : "input is not the bottleneck")
          << "\n";
+    if (o_.profile && step > first_step) {
+      // This run's part of the epoch (a resumed epoch's earlier part is not timed).
+      const double n = static_cast<double>(step - first_step), ms = 1000 / n;
+      const double rest = run_seconds - run_wait - phases_.forward - phases_.backward -
+                          phases_.optimizer;
+      out_ << "  profile: " << Fixed(run_seconds * ms, 1) << " ms per step = data wait "
+           << Fixed(run_wait * ms, 1) << " + forward " << Fixed(phases_.forward * ms, 1)
+           << " + backward " << Fixed(phases_.backward * ms, 1) << " + optimizer "
+           << Fixed(phases_.optimizer * ms, 1) << " + other " << Fixed(rest * ms, 1) << "\n";
+    }
     json ej = {{"kind", "epoch"},          {"epoch", es.epoch},
                {"step", global_step_},     {"train_loss", es.train_loss},
                {"train_acc", es.train_acc}, {"seconds", es.seconds},
                {"data_wait_share", share}, {"samples_per_s", es.samples_per_second}};
+    if (o_.profile)
+      ej["profile_seconds"] = {{"steps", step - first_step}, {"seconds", run_seconds},
+                               {"data_wait", run_wait},      {"forward", phases_.forward},
+                               {"backward", phases_.backward}, {"optimizer", phases_.optimizer}};
     if (es.val_top1 >= 0) {
       ej["val_loss"] = es.val_loss;
       ej["val_top1"] = es.val_top1;

@@ -85,6 +85,40 @@ struct Meter {
   }
 };
 
+// --profile: the time of a step's phases. Restart() starts a phase, Lap()
+// ends it, adding its seconds to a sum; a disabled clock does nothing. On
+// CUDA both first wait for the device, so a phase is charged for its own
+// kernels, not for those queued before it.
+class PhaseClock {
+ public:
+  void Enable(bool cuda) {
+    on_ = true;
+    cuda_ = cuda;
+  }
+  void Restart() {
+    if (on_) last_ = Now();
+  }
+  void Lap(double* sum) {
+    if (!on_) return;
+    const auto now = Now();
+    *sum += std::chrono::duration<double>(now - last_).count();
+    last_ = now;
+  }
+
+ private:
+  std::chrono::steady_clock::time_point Now() const {
+    if (cuda_) torch::cuda::synchronize();
+    return std::chrono::steady_clock::now();
+  }
+  bool on_ = false, cuda_ = false;
+  std::chrono::steady_clock::time_point last_;
+};
+
+// Seconds spent in each phase of the steps of an epoch (--profile).
+struct PhaseTimes {
+  double forward = 0, backward = 0, optimizer = 0;
+};
+
 // Discards what is written to it (the log of ranks other than 0).
 class NullBuffer : public std::streambuf {
  protected:
@@ -137,6 +171,7 @@ class Trainer {
   std::unique_ptr<Collective> dist_;
   torch::Device device_ = torch::kCPU;
   Precision precision_ = Precision::kFp32;
+  std::string precision_why_;  // why --precision auto chose precision_, for the log
   std::unique_ptr<CacheReader> train_, val_;
   int64_t classes_ = 0;
   std::vector<int64_t> sample_shape_;  // C, H, W after the crop
@@ -152,6 +187,8 @@ class Trainer {
   Checkpoint start_;        // where this run starts (a resumed checkpoint or zero)
   int64_t global_step_ = 0;
   bool first_batch_checked_ = false;
+  PhaseClock clock_;    // --profile
+  PhaseTimes phases_;   // this epoch's, --profile
   std::ofstream metrics_;
 };
 

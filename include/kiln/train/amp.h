@@ -21,10 +21,14 @@ namespace kiln::train {
 enum class Precision { kFp32, kBf16, kFp16 };
 const char* PrecisionName(Precision p);
 
-// The precision `choice` means on `device`. kAuto: fp32 on the CPU, bf16
-// on a GPU that runs bf16 matrix products, fp16 otherwise. NotSupported for
-// fp16 on the CPU with a LibTorch that lacks it.
-Status ResolvePrecision(PrecisionChoice choice, const torch::Device& device, Precision* out);
+// The precision `choice` means on `device`. kAuto: on a GPU bf16 where it
+// runs bf16 matrix products, fp16 otherwise; on the CPU bf16 where the CPU
+// computes bf16 natively (AVX512-BF16 or AMX: CpuHasNativeBf16 in
+// src/core/cpus.h; about twice fp32's speed there), fp32 otherwise.
+// NotSupported for fp16 on the CPU with a LibTorch that lacks it. `why`,
+// when given, gets the reason for an automatic choice ("" otherwise).
+Status ResolvePrecision(PrecisionChoice choice, const torch::Device& device, Precision* out,
+                        std::string* why = nullptr);
 
 // Autocast to `precision` on `device` for the guard's lifetime (a no-op for
 // fp32). Restores the previous state; clears the cast cache when the

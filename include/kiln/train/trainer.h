@@ -28,7 +28,8 @@ enum class OptimizerKind { kSgd, kAdamW };
 enum class LrSchedule { kConstant, kStep, kCosine, kOneCycle };
 enum class LrScaling { kNone, kLinear, kSqrt };
 // kAuto: bf16 on a GPU that runs bf16 matrix products, fp16 on another
-// GPU, fp32 on the CPU (ResolvePrecision in amp.h).
+// GPU; on the CPU bf16 where it computes bf16 natively, fp32 otherwise
+// (ResolvePrecision in amp.h).
 enum class PrecisionChoice { kAuto, kFp32, kBf16, kFp16 };
 
 const char* OptimizerName(OptimizerKind v);
@@ -84,6 +85,9 @@ struct TrainOptions {
   uint64_t seed = 0;
   int threads = 0;                  // LibTorch intra-op threads; 0 = on the CPU, kiln's choice
                                     // (DefaultCpuThreads), on a GPU LibTorch's default
+  bool profile = false;             // time each step's forward, backward and optimizer phases
+                                    // (EpochStats); on a GPU this waits for the device at
+                                    // each phase's end, which slows training a little
 
   // Output.
   int64_t log_every = 50;           // steps between loss/accuracy reads (the only host syncs)
@@ -102,6 +106,12 @@ struct EpochStats {
   double train_loss = 0, train_acc = 0;
   double val_loss = -1, val_top1 = -1, val_top5 = -1;  // -1 = not evaluated
   double seconds = 0, data_wait_seconds = 0, samples_per_second = 0;
+  // With TrainOptions::profile, the epoch's training seconds by phase (of
+  // this run: a resumed epoch counts from the resume); -1 otherwise. The
+  // forward phase includes the loss, the optimizer phase the gradient
+  // all-reduce, the loss-scale check, the step and zeroing the gradients.
+  // seconds - data_wait - the three = the rest (the loop's own work).
+  double forward_seconds = -1, backward_seconds = -1, optimizer_seconds = -1;
 };
 
 struct TrainResult {
