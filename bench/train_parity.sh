@@ -1,7 +1,7 @@
 #!/bin/bash
 # kiln train against a plain PyTorch Python loop on the same model, data and
 # hyper-parameters, run interleaved (kiln, python, kiln, python, ...) in one run.
-# usage: bench/train_parity.sh [--epochs N] [--rounds R] [--models LIST] [--limit N]
+# usage: bench/train_parity.sh [--epochs N] [--rounds R] [--models LIST] [--sides LIST] [--limit N]
 #   --epochs N    epochs of each Fashion-MNIST run (default 3: the judged run)
 #   --rounds R    kiln/python pairs per Fashion-MNIST model (default 2: A B A B)
 #   --models LIST comma-separated, of (default all three):
@@ -15,28 +15,37 @@
 #                 torchvision's resnet18 over the same cache through tools/kiln_torch.py
 #                 (both get the same data: this isolates the training loop); one round,
 #                 one epoch (the 4000-image corpus, 10% held out)
+#   --sides LIST  comma-separated, run in this order in every round (default kiln,kiln-fp32,python):
+#       kiln       kiln train with its defaults (--precision auto: bf16 on a CPU that computes
+#                  bf16 natively, fp32 on others; one intra-op thread per usable CPU)
+#       kiln-fp32  kiln train --precision fp32: the same arithmetic as the Python loop
+#       python     the plain PyTorch loop with LibTorch's defaults (fp32)
+#       python-threads  the same loop with kiln's thread count (torch.set_num_threads)
 #   --limit N     Fashion-MNIST runs on the first N training images of each class
 #                 (symbolic links; the test set stays whole): short runs for trying changes
-# Both sides: batch 128, whole batches only, SGD momentum 0.9 Nesterov, lr 0.05 one-cycle,
+# All sides: batch 128, whole batches only, SGD momentum 0.9 Nesterov, lr 0.05 one-cycle,
 # weight decay 5e-4, seed 0, evaluation after every epoch (not timed). samples/s is each
 # run's training samples / training seconds over all its epochs (data waits included).
 # Each side uses its defaults for threads: kiln train its own choice (printed), python
 # LibTorch's (printed: Debian's python3-torch takes 1 intra-op thread on these VMs).
+# Every run is profiled (kiln train --profile, the same phases timed in the Python loop);
+# the summary gives each side's milliseconds per step by phase.
 # Goals (issue 13): kiln >= 1.1x python (moonshot 1.3x), final top-1 within 1 point.
-# About 20-25 minutes on 2 cores with the defaults. A benchmark, not a test: exits 0 whatever
+# About 40 minutes on 2 cores with the defaults. A benchmark, not a test: exits 0 whatever
 # the figures, prints PASS/MISS; exits 2 on a usage error or a failed run.
 # env: KILN_BENCH_TMP (default /tmp/kiln-bench), KILN (default <repo>/build/kiln)
 set -euo pipefail
 source "$(cd "$(dirname "$0")" && pwd)/common.sh"
-epochs=3 rounds=2 models=parity,cnn,resnet18 limit=0
+epochs=3 rounds=2 models=parity,cnn,resnet18 sides=kiln,kiln-fp32,python limit=0
 while [ $# -gt 0 ]; do
   case $1 in
     --epochs) epochs=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --models) models=$2; shift 2 ;;
+    --sides) sides=$2; shift 2 ;;
     --limit) limit=$2; shift 2 ;;
-    -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "usage: $0 [--epochs N] [--rounds R] [--models parity,cnn,resnet18] [--limit N]" >&2; exit 2 ;;
+    -h|--help) sed -n '2,39p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "usage: $0 [--epochs N] [--rounds R] [--models parity,cnn,resnet18] [--sides kiln,kiln-fp32,python,python-threads] [--limit N]" >&2; exit 2 ;;
   esac
 done
 [ -x "$kiln" ] || { echo "no kiln binary at $kiln (cmake --build build)" >&2; exit 2; }
@@ -46,7 +55,8 @@ mkdir -p "$log"
 results=$log/results.jsonl
 : >"$results"
 
-# One result line per run: {"model", "side", "round", "samples_per_s", "top1", "threads"}.
+# One result line per run: {"model", "side", "round", "samples_per_s", "top1", "threads",
+# "profile": milliseconds per step by phase}.
 record() {  # MODEL SIDE ROUND METRICS_FILE THREADS
   "$py" - "$@" >>"$results" <<'EOF' || exit 2
 import json, sys
@@ -62,35 +72,68 @@ if not ep:
     sys.exit(f"train_parity: no epoch lines in {path}")
 n = sum(j["samples_per_s"] * j["seconds"] for j in ep)
 s = sum(j["seconds"] for j in ep)
+phases = ("data_wait", "forward", "backward", "optimizer")
+prof = [j["profile_seconds"] for j in ep if "profile_seconds" in j]
+profile = None
+if prof:
+    steps = sum(p["steps"] for p in prof)
+    ms = {k: 1000 * sum(p[k] for p in prof) / steps for k in phases + ("seconds",)}
+    ms["other"] = ms["seconds"] - sum(ms[k] for k in phases)
+    profile = {k: round(v, 2) for k, v in ms.items()}
 print(json.dumps({"model": model, "side": side, "round": int(rnd), "samples_per_s": n / s,
-                  "top1": ep[-1]["val_top1"], "epochs": len(ep), "threads": threads}))
+                  "top1": ep[-1]["val_top1"], "epochs": len(ep), "threads": threads,
+                  "profile": profile}))
 EOF
   tail -1 "$results" >&2
 }
 
-run_kiln() {  # MODEL ROUND TRAIN VAL EPOCHS KILN_MODEL
-  local m=$1 r=$2 out=$log/$1-kiln-$2
+run_kiln() {  # SIDE MODEL ROUND TRAIN VAL EPOCHS KILN_MODEL
+  local side=$1 m=$2 r=$3 out=$log/$2-$1-$3 extra=()
+  [ "$side" = kiln-fp32 ] && extra=(--precision fp32)
   rm -f "$out.jsonl"
-  echo "# round $r: kiln train --model $6 --epochs $5 (log $out.log)" >&2
-  "$kiln" train --data "$3" --val "$4" --model "$6" --epochs "$5" --batch-size 128 \
+  echo "# round $r: kiln train --model $7 --epochs $6 ${extra[*]} (log $out.log)" >&2
+  "$kiln" train --data "$4" --val "$5" --model "$7" --epochs "$6" --batch-size 128 \
       --optimizer sgd --lr 0.05 --momentum 0.9 --nesterov --weight-decay 5e-4 --schedule onecycle \
-      --seed 0 --log-every 0 --metrics "$out.jsonl" >"$out.log" 2>&1 \
+      --seed 0 --log-every 0 --profile "${extra[@]}" --metrics "$out.jsonl" >"$out.log" 2>&1 \
     || { echo "kiln train failed, log: $out.log" >&2; tail -5 "$out.log" >&2; exit 2; }
-  local threads
-  threads=$(grep -o 'threads [^;]*' "$out.log" | head -1 || true)
-  record "$m" kiln "$r" "$out.jsonl" "${threads:-?}"
+  local threads precision
+  threads=$(grep -o 'threads [0-9]* intra-op' "$out.log" | head -1 || true)
+  precision=$(grep -o 'precision [a-z0-9]*' "$out.log" | head -1 || true)
+  record "$m" "$side" "$r" "$out.jsonl" "${threads:-?}, ${precision:-?}"
 }
 
-run_python() {  # MODEL ROUND EPOCHS PY_MODEL DATA_ARGS...
-  local m=$1 r=$2 e=$3 pm=$4 out=$log/$1-python-$2
-  shift 4
-  echo "# round $r: python train_parity.py train $pm --epochs $e $* (log $out.log)" >&2
-  "$py" "$pyb" train "$pm" --epochs "$e" "$@" >"$out.log" 2>&1 \
+run_python() {  # SIDE MODEL ROUND EPOCHS PY_MODEL DATA_ARGS...
+  local side=$1 m=$2 r=$3 e=$4 pm=$5 out=$log/$2-$1-$3 threads=0
+  shift 5
+  # python-threads: kiln's choice, one intra-op thread per usable CPU.
+  [ "$side" = python-threads ] && threads=$(nproc)
+  echo "# round $r: python train_parity.py train $pm --epochs $e --threads $threads $* (log $out.log)" >&2
+  "$py" "$pyb" train "$pm" --epochs "$e" --threads "$threads" "$@" >"$out.log" 2>&1 \
     || { echo "python loop failed, log: $out.log" >&2; tail -5 "$out.log" >&2; exit 2; }
-  record "$m" python "$r" "$out.log" "$("$py" -c 'import torch; print(torch.get_num_threads())') intra-op"
+  [ "$threads" = 0 ] && threads=$("$py" -c 'import torch; print(torch.get_num_threads())')
+  record "$m" "$side" "$r" "$out.log" "$threads intra-op, precision fp32"
+}
+
+# run_sides MODEL ROUND EPOCHS KILN_TRAIN KILN_VAL KILN_MODEL PY_MODEL PY_DATA_ARGS...: one
+# run of every side in --sides, in that order.
+run_sides() {
+  local m=$1 r=$2 e=$3 kt=$4 kv=$5 km=$6 pm=$7 side
+  shift 7
+  for side in "${want_sides[@]}"; do
+    case $side in
+      kiln|kiln-fp32) run_kiln "$side" "$m" "$r" "$kt" "$kv" "$e" "$km" ;;
+      python|python-threads) run_python "$side" "$m" "$r" "$e" "$pm" "$@" ;;
+    esac
+  done
 }
 
 IFS=, read -ra want <<<"$models"
+IFS=, read -ra want_sides <<<"$sides"
+for s in "${want_sides[@]}"; do
+  case $s in kiln|kiln-fp32|python|python-threads) ;;
+    *) echo "unknown side $s (kiln, kiln-fp32, python, python-threads)" >&2; exit 2 ;;
+  esac
+done
 need_fashion=0
 for m in "${want[@]}"; do
   case $m in parity|cnn) need_fashion=1 ;; resnet18) ;;
@@ -129,13 +172,11 @@ for m in "${want[@]}"; do
     parity)
       "$py" "$pyb" export parity_cnn "$log/parity_cnn.pt" --seed 0
       for r in $(seq 1 "$rounds"); do
-        run_kiln parity "$r" "$ftrain" "$ftest" "$epochs" "$log/parity_cnn.pt"
-        run_python parity "$r" "$epochs" parity_cnn --png "$proot"
+        run_sides parity "$r" "$epochs" "$ftrain" "$ftest" "$log/parity_cnn.pt" parity_cnn --png "$proot"
       done ;;
     cnn)
       for r in $(seq 1 "$rounds"); do
-        run_kiln cnn "$r" "$ftrain" "$ftest" "$epochs" cnn
-        run_python cnn "$r" "$epochs" kiln_cnn --png "$proot"
+        run_sides cnn "$r" "$epochs" "$ftrain" "$ftest" cnn kiln_cnn --png "$proot"
       done ;;
     resnet18)
       corpus "$tmp/corpus-4000" 4000
@@ -146,8 +187,7 @@ for m in "${want[@]}"; do
             --val-fraction 0.1 --threads 2 --progress none >"$log/build-resnet.log" 2>&1 \
           || { echo "kiln build failed, log: $log/build-resnet.log" >&2; exit 2; }
       fi
-      run_kiln resnet18 1 "$rc/train" "$rc/val" 1 resnet18
-      run_python resnet18 1 1 resnet18 --cache "$rc/train" --val-cache "$rc/val" ;;
+      run_sides resnet18 1 1 "$rc/train" "$rc/val" resnet18 resnet18 --cache "$rc/train" --val-cache "$rc/val" ;;
   esac
 done
 
@@ -158,27 +198,48 @@ rows = [json.loads(l) for l in open(path) if l.strip()]
 print(f"train_parity: kiln train vs a plain PyTorch loop, interleaved; Fashion-MNIST "
       f"{epochs} epoch(s){' on ' + limit + ' images per class' if limit != '0' else ''}; "
       f"load average at the end {load}")
-print("| model | side | round | samples/s | top-1 % | threads |")
-print("| ----- | ---- | ----- | --------- | ------- | ------- |")
+print("| model | side | round | samples/s | top-1 % | threads, precision |")
+print("| ----- | ---- | ----- | --------- | ------- | ----------------- |")
 for r in rows:
     print(f"| {r['model']} | {r['side']} | {r['round']} | {r['samples_per_s']:.0f} | "
           f"{100 * r['top1']:.2f} | {r['threads']} |")
 print()
-for m in dict.fromkeys(r["model"] for r in rows):
-    k = [r for r in rows if r["model"] == m and r["side"] == "kiln"]
-    p = [r for r in rows if r["model"] == m and r["side"] == "python"]
-    if not k or not p:
+print("Where a step's time goes, ms per step (mean over rounds):")
+print("| model | side | step | data wait | forward | backward | optimizer | other |")
+print("| ----- | ---- | ---- | --------- | ------- | -------- | --------- | ----- |")
+models = list(dict.fromkeys(r["model"] for r in rows))
+sides = list(dict.fromkeys(r["side"] for r in rows))
+def of(m, s):
+    return [r for r in rows if r["model"] == m and r["side"] == s]
+def mean(xs):
+    return sum(xs) / len(xs)
+for m in models:
+    for s in sides:
+        pr = [r["profile"] for r in of(m, s) if r.get("profile")]
+        if pr:
+            c = {k: mean([p[k] for p in pr]) for k in pr[0]}
+            print(f"| {m} | {s} | {c['seconds']:.1f} | {c['data_wait']:.1f} | {c['forward']:.1f} | "
+                  f"{c['backward']:.1f} | {c['optimizer']:.1f} | {c['other']:.1f} |")
+print()
+for m in models:
+    p = of(m, "python")
+    if not p:
         continue
-    ks = sum(r["samples_per_s"] for r in k) / len(k)
-    ps = sum(r["samples_per_s"] for r in p) / len(p)
-    ka = sum(r["top1"] for r in k) / len(k) * 100
-    pa = sum(r["top1"] for r in p) / len(p) * 100
-    ratio = ks / ps
-    goal = "PASS" if ratio >= 1.1 else "MISS"
-    moon = " (moonshot 1.3x reached)" if ratio >= 1.3 else ""
-    acc = "PASS" if abs(ka - pa) <= 1.0 else "MISS"
-    print(f"{m}: kiln {ks:.0f} samples/s, python {ps:.0f} samples/s, ratio {ratio:.2f}x "
-          f"(goal >= 1.1x) {goal}{moon}; top-1 kiln {ka:.2f}%, python {pa:.2f}% "
-          f"(goal within 1 point) {acc}")
+    ps = mean([r["samples_per_s"] for r in p])
+    pa = mean([r["top1"] for r in p]) * 100
+    for s in [s for s in sides if s != "python"]:
+        k = of(m, s)
+        if not k:
+            continue
+        ks = mean([r["samples_per_s"] for r in k])
+        ka = mean([r["top1"] for r in k]) * 100
+        ratio = ks / ps
+        judged = s == "kiln"
+        goal = ("PASS" if ratio >= 1.1 else "MISS") if judged else "(for comparison)"
+        moon = " (moonshot 1.3x reached)" if judged and ratio >= 1.3 else ""
+        acc = "PASS" if abs(ka - pa) <= 1.0 else "MISS"
+        print(f"{m}: {s} {ks:.0f} samples/s, python {ps:.0f} samples/s, ratio {ratio:.2f}x "
+              f"{'(goal >= 1.1x) ' if judged else ''}{goal}{moon}; top-1 {s} {ka:.2f}%, "
+              f"python {pa:.2f}% (goal within 1 point) {acc}")
 EOF
 exit 0

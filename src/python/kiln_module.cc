@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cpus.h"
 #include "kiln/cache_reader.h"
 #include "kiln/loader.h"
 #include "kiln/manifest.h"
@@ -243,6 +244,8 @@ PYBIND11_MODULE(_kiln, m) {
   g_corruption_error = corruption.ptr();
   py::register_exception_translator(&TranslateStatusError);
   m.attr("__version__") = KilnVersion();
+  m.def("cpu_has_native_bf16", &CpuHasNativeBf16,
+        "Whether this CPU computes bf16 natively (AVX512-BF16 or AMX in /proc/cpuinfo)");
 
   py::class_<PyCache, std::shared_ptr<PyCache>>(m, "Cache")
       .def(py::init<const std::string&>(), py::arg("path"))

@@ -438,6 +438,17 @@ def check_pin_memory(tmp):
         print("  no CUDA here: checked the fallback only")
 
 
+def check_native_bf16(tmp):
+    """native_bf16() says what the kernel's CPU flags say (read here on their own)."""
+    flags = set()
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    assert kiln.native_bf16() == bool(flags & {"avx512_bf16", "amx_bf16"}), sorted(flags)
+
+
 CHECKS = {name[len("check_"):]: fn for name, fn in globals().items()
           if name.startswith("check_")}
 
