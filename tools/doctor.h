@@ -58,6 +58,7 @@ struct CpuFacts {
   double quota = 0;       // CPUs of time per period the cgroup allows; 0 = no limit
   int pool_threads = 0;   // kiln build / verify (oneTBB's default arena)
   int train_threads = 0;  // kiln train's intra-op threads on the CPU
+  bool native_bf16 = false;  // CpuHasNativeBf16: kiln train's --precision auto is bf16 on the CPU
 };
 CpuFacts ProbeCpus(const std::string& cgroup_cpu_max);
 Finding CpuFinding(const CpuFacts& cpu);

@@ -187,8 +187,8 @@ class Trainer {
   Checkpoint start_;        // where this run starts (a resumed checkpoint or zero)
   int64_t global_step_ = 0;
   bool first_batch_checked_ = false;
-  PhaseClock clock_;    // --profile
-  PhaseTimes phases_;   // this epoch's, --profile
+  PhaseClock clock_;   // --profile
+  PhaseTimes phases_;  // this epoch's, --profile
   std::ofstream metrics_;
 };
 

@@ -141,6 +141,12 @@ TEST_CASE("cpus: usable and the threads kiln starts, a cgroup quota below them w
   CpuFacts eight;
   eight.usable = eight.online = eight.pool_threads = eight.train_threads = 8;
   CHECK(CpuFinding(eight).level == FindingLevel::kOk);
+  CHECK_THAT(CpuFinding(eight).text,
+             Catch::Contains("no native bf16: kiln train on the CPU trains in fp32"));
+  eight.native_bf16 = true;
+  CHECK_THAT(
+      CpuFinding(eight).text,
+      Catch::Contains("native bf16 (AVX512-BF16/AMX): kiln train on the CPU trains in bf16"));
   eight.quota = 2;
   const Finding f = CpuFinding(eight);
   CHECK(f.level == FindingLevel::kWarn);

@@ -4,7 +4,6 @@
 // LibTorch brings glog, whose CHECK would replace Catch's.
 #undef CHECK
 #include <catch2/catch.hpp>
-
 #include <sstream>
 
 #include "kiln/train/amp.h"
@@ -85,8 +84,9 @@ TEST_CASE("the loss scaler grows, backs off and skips as GradScaler does", "[tra
   CHECK(off.UnscaleAndCheck({w}));  // disabled: never skips
 }
 
-TEST_CASE("kiln train --precision auto on the CPU: bf16 where the CPU computes bf16 natively, else fp32",
-          "[train][amp]") {
+TEST_CASE(
+    "kiln train --precision auto on the CPU: bf16 where the CPU computes bf16 natively, else fp32",
+    "[train][amp]") {
   // The kernel's CPU flags decide, read here independently of kiln's parser.
   const std::string cpuinfo = ReadFile("/proc/cpuinfo");
   const bool native = cpuinfo.find(" avx512_bf16") != std::string::npos ||

@@ -3,12 +3,11 @@
 #include <torch/torch.h>
 // LibTorch brings glog, whose CHECK would replace Catch's.
 #undef CHECK
-#include <catch2/catch.hpp>
-
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <filesystem>
 #include <functional>
 #include <regex>
@@ -73,9 +72,9 @@ TEST_CASE("Ctrl-C saves a checkpoint before exiting, and --resume finishes the r
     ::dup2(out[1], 2);
     ::close(out[0]);
     const std::string data = dir / "train";
-    ::execl(KILN_BIN, KILN_BIN, "train", "--data", data.c_str(), "--epochs", "10000", "--batch-size",
-            "32", "--log-every", "1", "--save", ck.c_str(), "--precision", "fp32", "--device", "cpu",
-            static_cast<char*>(nullptr));
+    ::execl(KILN_BIN, KILN_BIN, "train", "--data", data.c_str(), "--epochs", "10000",
+            "--batch-size", "32", "--log-every", "1", "--save", ck.c_str(), "--precision", "fp32",
+            "--device", "cpu", static_cast<char*>(nullptr));
     ::_exit(127);
   }
   ::close(out[1]);
@@ -237,8 +236,7 @@ TEST_CASE("resume finds the checkpoint that a save stopped during its swap left 
   CHECK_THAT(s.message(), Catch::Contains(dir / "nothing") && Catch::Contains("--save"));
 }
 
-TEST_CASE("resume refuses options that would not continue the checkpoint's training",
-          "[train]") {
+TEST_CASE("resume refuses options that would not continue the checkpoint's training", "[train]") {
   TempDir dir;
   std::ostringstream log;
   auto options = [&] {
@@ -263,7 +261,8 @@ TEST_CASE("resume refuses options that would not continue the checkpoint's train
       {[](TrainOptions& o) { o.freeze = {"fc2"}; }, "--freeze fc1", "--freeze fc2"},
       {[](TrainOptions& o) { o.freeze_until = "fc2"; }, "no --freeze-until", "--freeze-until fc2"},
       {[](TrainOptions& o) { o.lr_head = 0.01; }, "no --lr-head", "--lr-head 0.01"},
-      {[](TrainOptions& o) { o.optimizer = OptimizerKind::kAdamW; }, "--optimizer sgd", "--optimizer adamw"},
+      {[](TrainOptions& o) { o.optimizer = OptimizerKind::kAdamW; }, "--optimizer sgd",
+       "--optimizer adamw"},
       {[](TrainOptions& o) { o.seed = 6; }, "--seed 5", "--seed 6"},
       {[](TrainOptions& o) { o.flip = true; }, "no --flip", "--flip"},
       {[](TrainOptions& o) { o.crop = 6; }, "--crop 0", "--crop 6"},

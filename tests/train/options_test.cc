@@ -3,10 +3,9 @@
 #include <torch/torch.h>
 // LibTorch brings glog, whose CHECK would replace Catch's.
 #undef CHECK
-#include <catch2/catch.hpp>
-
 #include <sched.h>
 
+#include <catch2/catch.hpp>
 #include <regex>
 #include <sstream>
 
@@ -70,7 +69,8 @@ TEST_CASE("named choices parse once, and a bad one names the option, the value a
   REQUIRE(ParsePrecisionChoice("bf16", &p).ok());
   CHECK(p == PrecisionChoice::kBf16);
   // Every name parses back to its value.
-  for (auto v : {LrSchedule::kConstant, LrSchedule::kStep, LrSchedule::kCosine, LrSchedule::kOneCycle}) {
+  for (auto v :
+       {LrSchedule::kConstant, LrSchedule::kStep, LrSchedule::kCosine, LrSchedule::kOneCycle}) {
     REQUIRE(ParseLrSchedule(LrScheduleName(v), &sched).ok());
     CHECK(sched == v);
   }
@@ -83,12 +83,14 @@ TEST_CASE("named choices parse once, and a bad one names the option, the value a
   s = ParseLrScaling("log", &scaling);
   CHECK(s.ToString().find("--lr-scaling log: expected none, linear or sqrt") != std::string::npos);
   s = ParsePrecisionChoice("fp8", &p);
-  CHECK(s.ToString().find("--precision fp8: expected fp32, bf16, fp16 or auto") != std::string::npos);
+  CHECK(s.ToString().find("--precision fp8: expected fp32, bf16, fp16 or auto") !=
+        std::string::npos);
   CHECK(p == PrecisionChoice::kBf16);  // untouched by a failed parse
 }
 
-TEST_CASE("on the CPU kiln train gives LibTorch one thread per usable CPU, and --threads overrides it",
-          "[train]") {
+TEST_CASE(
+    "on the CPU kiln train gives LibTorch one thread per usable CPU, and --threads overrides it",
+    "[train]") {
   cpu_set_t set;
   CPU_ZERO(&set);
   REQUIRE(sched_getaffinity(0, sizeof(set), &set) == 0);
@@ -125,8 +127,10 @@ TEST_CASE("on the CPU kiln train gives LibTorch one thread per usable CPU, and -
   torch::set_num_threads(cpus);  // the other tests run with kiln's choice
 }
 
-TEST_CASE("kiln train --profile splits each epoch's training time into data wait, forward, backward and "
-          "optimizer", "[train]") {
+TEST_CASE(
+    "kiln train --profile splits each epoch's training time into data wait, forward, backward and "
+    "optimizer",
+    "[train]") {
   TempDir dir;
   std::ostringstream log;
   TrainOptions o = SyntheticMlp(dir, &log);

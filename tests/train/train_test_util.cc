@@ -3,7 +3,6 @@
 #include <torch/script.h>
 #undef CHECK
 #include <catch2/catch.hpp>
-
 #include <filesystem>
 
 #include "kiln/train/model.h"
@@ -22,9 +21,11 @@ bool BuildSampleCaches(const TempDir& dir, const std::string& val_mean) {
     return false;
   }
   REQUIRE(RunCommand(kiln + " build " KILN_SAMPLE_DATA "/fashion/train " + dir / "train" +
-                         " --mean 0.2860" + norm, &out) == 0);
-  REQUIRE(RunCommand(kiln + " build " KILN_SAMPLE_DATA "/fashion/val " + dir / "val" +
-                         " --mean " + val_mean + norm, &out) == 0);
+                         " --mean 0.2860" + norm,
+                     &out) == 0);
+  REQUIRE(RunCommand(kiln + " build " KILN_SAMPLE_DATA "/fashion/val " + dir / "val" + " --mean " +
+                         val_mean + norm,
+                     &out) == 0);
   return true;
 }
 
@@ -73,6 +74,5 @@ double MaxDifference(const std::map<std::string, torch::Tensor>& a,
   }
   return worst;
 }
-
 
 }  // namespace kiln::testing

@@ -5,11 +5,10 @@
 #include <torch/torch.h>
 // LibTorch brings glog, whose CHECK would replace Catch's.
 #undef CHECK
-#include <catch2/catch.hpp>
-
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <filesystem>
 #include <map>
 #include <sstream>
@@ -183,8 +182,8 @@ TEST_CASE("frozen parameters stay unchanged and are not optimized", "[train]") {
   for (auto& [n, t] : initial.Parameters(false)) before[n] = t;
   for (auto& [n, t] : initial.Buffers()) before[n] = t;
   auto after = LoadTensors(dir / "ck/model.pt");
-  for (const char* name : {"conv1.weight", "bn1.weight", "bn1.bias", "bn1.running_mean",
-                           "bn1.running_var"}) {
+  for (const char* name :
+       {"conv1.weight", "bn1.weight", "bn1.bias", "bn1.running_mean", "bn1.running_var"}) {
     INFO(name);
     CHECK(torch::equal(before.at(name), after.at(name)));  // BatchNorm stayed in eval mode
   }
@@ -350,8 +349,9 @@ TEST_CASE("kiln train on the GPU: model and batches on cuda, mixed precision, th
   TrainSynthetic("cuda:0", "fp16");
 }
 
-TEST_CASE("two ranks (Gloo, launched like torchrun) make the update of one process with twice the batch",
-          "[train][dist]") {
+TEST_CASE(
+    "two ranks (Gloo, launched like torchrun) make the update of one process with twice the batch",
+    "[train][dist]") {
   TempDir dir;
   if (!BuildSampleCaches(dir)) return;
   const std::string port = FreeLocalPort();  // for rank 0's store
@@ -364,8 +364,10 @@ TEST_CASE("two ranks (Gloo, launched like torchrun) make the update of one proce
     pids[r] = ::fork();
     REQUIRE(pids[r] >= 0);
     if (pids[r] == 0) {
-      const std::string cmd = "RANK=" + std::to_string(r) + " WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 "
-                              "MASTER_PORT=" + port + " " + KILN_BIN + args + " --export " +
+      const std::string cmd = "RANK=" + std::to_string(r) +
+                              " WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 "
+                              "MASTER_PORT=" +
+                              port + " " + KILN_BIN + args + " --export " +
                               dir / ("rank" + std::to_string(r) + ".pt") + " > " +
                               dir / ("rank" + std::to_string(r) + ".log") + " 2>&1";
       ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
@@ -405,7 +407,8 @@ TEST_CASE("two ranks (Gloo, launched like torchrun) make the update of one proce
   CHECK(MaxDifference(LoadTensors(dir / "rank0.pt"), LoadTensors(dir / "single.pt")) < 1e-5);
 }
 
-TEST_CASE("a TorchScript model with dropout trains the same twice with the same --seed", "[train]") {
+TEST_CASE("a TorchScript model with dropout trains the same twice with the same --seed",
+          "[train]") {
   TempDir dir;
   std::ostringstream log;
   TrainOptions o = SyntheticMlp(dir, &log);
