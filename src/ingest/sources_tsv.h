@@ -25,6 +25,13 @@ std::string RawName(const std::string& text);
 
 // NotFound when the file is absent; Corruption naming the line otherwise.
 Status ReadSourcesTsv(const std::string& path, std::vector<RecordedSource>* out);
+// Parses the text of a sources.tsv (`where` names it in messages), header
+// line first, appending its rows to *out. Returns Corruption naming the
+// line for one that has not five fields, a bad escape in the path, or a
+// field that is not a decimal number in its range (record -1 or more, size
+// 0 or more).
+Status ParseSourcesTsv(const std::string& text, const std::string& where,
+                       std::vector<RecordedSource>* out);
 Status WriteSourcesTsv(const std::string& path, const std::vector<RecordedSource>& sources);
 
 }  // namespace kiln::ingest
