@@ -16,7 +16,7 @@
 
 #include <xxhash.h>
 
-#include "core/json_number.h"
+#include "core/json_read.h"
 #include "kiln/file.h"
 
 #ifndef KILN_VERSION_STRING
@@ -78,10 +78,12 @@ std::string ManifestToJson(const Manifest& m) {
 }
 
 Status ManifestFromJson(const std::string& text, const std::string& where, Manifest* out) {
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object())
-    return Status::Corruption(where + ": not valid JSON; rebuild the cache with kiln build");
-  // Every integer is read through JsonInteger (core/json_number.h), never
+  json j;
+  const Status parsed = ParseJson(text, where, &j);
+  if (!parsed.ok() || !j.is_object())
+    return Status::Corruption((parsed.ok() ? where + ": not a JSON object" : parsed.message()) +
+                              "; rebuild the cache with kiln build");
+  // Every integer is read through JsonInteger (core/json_read.h), never
   // get<int>(): a float, a negative count or one out of range is a
   // Corruption naming the field.
   try {

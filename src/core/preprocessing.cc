@@ -5,7 +5,7 @@
 #include <set>
 #include <type_traits>
 
-#include "core/json_number.h"
+#include "core/json_read.h"
 
 namespace kiln {
 
@@ -78,9 +78,9 @@ std::string Preprocessing::ToJson() const { return ToJsonValue(*this).dump(); }
 
 Status Preprocessing::FromJson(const std::string& text, const std::string& where,
                                Preprocessing* out) {
-  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object())
-    return Status::Corruption(where + ": \"preprocessing\" is not a JSON object");
+  json j;
+  KILN_RETURN_IF_ERROR(ParseJson(text, where, &j));
+  if (!j.is_object()) return Status::Corruption(where + ": \"preprocessing\" is not a JSON object");
   Preprocessing p;
   size_t recipe_keys = 0;
   for (const char* k : kRecipeKeys) recipe_keys += j.contains(k);
@@ -93,7 +93,7 @@ Status Preprocessing::FromJson(const std::string& text, const std::string& where
       field = key;
       if (j.contains(key)) j.at(key).get_to(*value);
     };
-    // Integers through JsonInteger (core/json_number.h), in the ranges
+    // Integers through JsonInteger (core/json_read.h), in the ranges
     // kiln build checks its options against: never get<int>().
     auto integer = [&](const char* key, auto* value, auto lo, auto hi) {
       field = key;

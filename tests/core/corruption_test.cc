@@ -246,6 +246,22 @@ TEST_CASE("the manifest edited or missing", "[corruption]") {
     WriteFile(dir / "manifest.json", old);
     CHECK(Verify(dir).clean());
   }
+  SECTION("a shard's count edited to 2^40") {
+    // Regression: verify reserved room for the manifest's count (2^40
+    // records: std::bad_alloc out of VerifyCache) and then reported each
+    // missing record on its own.
+    nlohmann::json j = nlohmann::json::parse(m);
+    j["shards"][2]["count"] = (uint64_t{1} << 40);
+    j["count"] = 40 + (uint64_t{1} << 40);
+    WriteFile(dir / "manifest.json", j.dump());
+    VerifyReport r = Verify(dir);
+    INFO(Dump(r));
+    CHECK(Names(r, 40 + 20,
+                "records 60.." + std::to_string(40 + (uint64_t{1} << 40) - 1) + " missing"));
+    CHECK(r.problems.size() <= 3);
+    std::unique_ptr<CacheReader> reader;
+    CHECK(CacheReader::Open(dir.path(), ReaderOptions(), &reader).IsCorruption());
+  }
   SECTION("not JSON") {
     WriteFile(dir / "manifest.json", m.substr(0, m.size() / 2));
     CHECK(!Verify(dir).clean());
@@ -374,6 +390,29 @@ TEST_CASE("manifest shapes and shard ranges that overflow are Corruption",
     j["shards"] = {{"a", j["shards"][0]}};
     CHECK_THAT(read(j), Catch::Contains("shards"));
   }
+}
+
+TEST_CASE("JSON nested deeper than kiln writes is Corruption, not a stack overflow",
+          "[corruption][manifest]") {
+  // Regression (found by tests/fuzz/fuzz_manifest): nlohmann's parser
+  // builds any depth without recursion, but dump() recurses, and reading a
+  // manifest dumps its "preprocessing": a million nested arrays there
+  // overflowed the stack.
+  const std::string good = ReadFile(std::string(KILN_TEST_DATA) + "/manifest_part_auto.json");
+  const std::string deep = std::string(1000000, '[') + std::string(1000000, ']');
+  std::string m = good;
+  m.insert(m.find("\"preprocessing\": {") + 18, "\"x\": " + deep + ", ");
+  Manifest manifest;
+  Status s = ManifestFromJson(m, "m.json", &manifest);
+  CHECK(s.IsCorruption());
+  CHECK_THAT(s.message(), Catch::Contains("m.json") && Catch::Contains("nested"));
+  Preprocessing p;
+  s = Preprocessing::FromJson("{\"x\": " + deep + "}", "build.json", &p);
+  CHECK(s.IsCorruption());
+  CHECK_THAT(s.message(), Catch::Contains("build.json") && Catch::Contains("nested"));
+  // 64 levels are read (a recipe keeps keys it does not know).
+  const std::string levels = std::string(63, '[') + std::string(63, ']');
+  CHECK(Preprocessing::FromJson("{\"x\": " + levels + "}", "build.json", &p).ok());
 }
 
 TEST_CASE("verify reports progress: monotone, per block, ending with a final update", "[verify]") {

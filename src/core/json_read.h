@@ -1,13 +1,17 @@
-// Integers read from kiln's JSON files (internal header): manifest.json,
-// build.json, a checkpoint's state.json.
+// Reading kiln's JSON files (internal header): manifest.json, build.json,
+// a checkpoint's state.json - text that may be damaged or hostile.
+//
+// nlohmann's parser builds any depth of nesting without recursion, but
+// dump(), comparisons and copies recurse: ParseJson refuses text nested
+// deeper than kMaxJsonDepth, which no file kiln writes comes near.
 //
 // nlohmann's get<int>() of 1e300 is undefined behaviour (a float converted
 // to an integer type it does not fit), get<uint64_t>() of -1 wraps to
 // 2^64 - 1 and get<int>() of 1.5 truncates to 1. Every JSON integer kiln
 // reads goes through JsonInteger instead, which accepts exactly the JSON
 // integers (no fraction, no exponent) inside the field's range.
-#ifndef KILN_SRC_CORE_JSON_NUMBER_H_
-#define KILN_SRC_CORE_JSON_NUMBER_H_
+#ifndef KILN_SRC_CORE_JSON_READ_H_
+#define KILN_SRC_CORE_JSON_READ_H_
 
 #include <cstdint>
 #include <limits>
@@ -18,6 +22,28 @@
 #include "kiln/status.h"
 
 namespace kiln {
+
+// Arrays and objects inside one another (the top-level value is depth 0).
+inline constexpr int kMaxJsonDepth = 64;
+
+// Parses `text`, the file `where`, into *out. Returns Corruption naming
+// `where` for text that is not JSON or is nested deeper than kMaxJsonDepth.
+inline Status ParseJson(const std::string& text, const std::string& where, nlohmann::json* out) {
+  bool too_deep = false;
+  // Called for every value and key with its depth; false discards what is
+  // being built, so nothing deeper than the limit is kept.
+  auto depth_limit = [&too_deep](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
+    if (depth > kMaxJsonDepth) too_deep = true;
+    return !too_deep;
+  };
+  nlohmann::json j = nlohmann::json::parse(text, depth_limit, /*allow_exceptions=*/false);
+  if (too_deep)
+    return Status::Corruption(where + ": JSON nested more than " + std::to_string(kMaxJsonDepth) +
+                              " levels deep");
+  if (j.is_discarded()) return Status::Corruption(where + ": not valid JSON");
+  *out = std::move(j);
+  return Status::OK();
+}
 
 // Reads `value`, the field `field` (as a person finds it: "count",
 // "shards[2].first") of the file `where`, into *out. Returns Corruption
@@ -52,4 +78,4 @@ Status JsonInteger(const nlohmann::json& value, const std::string& where, const 
 
 }  // namespace kiln
 
-#endif  // KILN_SRC_CORE_JSON_NUMBER_H_
+#endif  // KILN_SRC_CORE_JSON_READ_H_
