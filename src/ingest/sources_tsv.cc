@@ -53,13 +53,19 @@ Status ParseSourcesTsv(const std::string& text, const std::string& where,
   return Status::OK();
 }
 
-Status WriteSourcesTsv(const std::string& path, const std::vector<RecordedSource>& sources) {
+std::string FormatSourcesTsv(const std::vector<RecordedSource>& sources) {
   std::string out = "record\tpath\tlabel\tsize\tmtime_ns\n";
   for (const RecordedSource& r : sources) {
     const SourceItem& it = r.item;
-    out += std::to_string(r.record) + "\t" + EscapeName(it.rel_path) + "\t" + std::to_string(it.label) + "\t" +
-           std::to_string(it.size) + "\t" + std::to_string(it.mtime_ns) + "\n";
+    out += std::to_string(r.record) + "\t" + EscapeName(it.rel_path) + "\t" +
+           std::to_string(it.label) + "\t" + std::to_string(it.size) + "\t" +
+           std::to_string(it.mtime_ns) + "\n";
   }
+  return out;
+}
+
+Status WriteSourcesTsv(const std::string& path, const std::vector<RecordedSource>& sources) {
+  const std::string out = FormatSourcesTsv(sources);
   // Written in full and fsynced before it is renamed into place.
   const size_t slash = path.rfind('/');
   const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);

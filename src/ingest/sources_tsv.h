@@ -32,6 +32,9 @@ Status ReadSourcesTsv(const std::string& path, std::vector<RecordedSource>* out)
 // 0 or more).
 Status ParseSourcesTsv(const std::string& text, const std::string& where,
                        std::vector<RecordedSource>* out);
+// The text of a sources.tsv, header line first, that ParseSourcesTsv reads.
+std::string FormatSourcesTsv(const std::vector<RecordedSource>& sources);
+// Writes FormatSourcesTsv's text to `path` (temp file, fsync, rename).
 Status WriteSourcesTsv(const std::string& path, const std::vector<RecordedSource>& sources);
 
 }  // namespace kiln::ingest
