@@ -44,6 +44,11 @@ inline constexpr size_t kRecordHeaderSize = 64;
 inline constexpr size_t kChecksumOffset = 40;  // header bytes hashed: [0, 40)
 inline constexpr size_t kKeySize = 8;
 inline constexpr int kMaxDims = 4;
+// The most elements one record may hold (2^40: a terabyte of uint8). Shapes
+// in headers and in the manifest beyond it are Corruption: the bound keeps
+// prod(shape) x DTypeSize from overflowing 64 bits, and a hostile shape
+// from asking for an absurd buffer.
+inline constexpr uint64_t kMaxRecordElements = uint64_t{1} << 40;
 // Manifest format version; bumped on any incompatible change of this file.
 inline constexpr int kFormatVersion = 1;
 // The names of the files in a cache directory: kiln/cache_layout.h.

@@ -11,10 +11,12 @@
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include <xxhash.h>
 
+#include "core/json_read.h"
 #include "kiln/file.h"
 
 #ifndef KILN_VERSION_STRING
@@ -76,61 +78,86 @@ std::string ManifestToJson(const Manifest& m) {
 }
 
 Status ManifestFromJson(const std::string& text, const std::string& where, Manifest* out) {
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object())
-    return Status::Corruption(where + ": not valid JSON; rebuild the cache with kiln build");
+  json j;
+  const Status parsed = ParseJson(text, where, &j);
+  if (!parsed.ok() || !j.is_object())
+    return Status::Corruption((parsed.ok() ? where + ": not a JSON object" : parsed.message()) +
+                              "; rebuild the cache with kiln build");
+  // Every integer is read through JsonInteger (core/json_read.h), never
+  // get<int>(): a float, a negative count or one out of range is a
+  // Corruption naming the field.
   try {
     if (j.value("format", std::string()) != "kiln-cache")
       return Status::Corruption(where + ": \"format\" is not \"kiln-cache\"");
     Manifest m;
-    m.format_version = j.at("format_version").get<int>();
+    KILN_RETURN_IF_ERROR(
+        JsonInteger(j.at("format_version"), where, "format_version", &m.format_version));
     if (m.format_version != kFormatVersion)
       return Status::Corruption(where + ": format version " + std::to_string(m.format_version) +
                                 ", this kiln reads version " + std::to_string(kFormatVersion));
     m.kiln_version = j.value("kiln_version", std::string());
-    m.count = j.at("count").get<uint64_t>();
+    KILN_RETURN_IF_ERROR(JsonInteger(j.at("count"), where, "count", &m.count));
     const json& sample = j.at("sample");
     KILN_RETURN_IF_ERROR(ParseDType(sample.at("dtype").get<std::string>(), &m.dtype)
                              .WithContext(where));
-    const auto dims = sample.at("shape").get<std::vector<int64_t>>();
-    if (dims.empty() || dims.size() > static_cast<size_t>(kMaxDims))
+    const json& dims = sample.at("shape");
+    if (!dims.is_array() || dims.empty() || dims.size() > static_cast<size_t>(kMaxDims))
       return Status::Corruption(where + ": sample shape must have 1.." + std::to_string(kMaxDims) +
                                 " dims");
     m.shape.ndim = static_cast<int>(dims.size());
+    uint64_t elements = 1;
     for (size_t i = 0; i < dims.size(); ++i) {
-      if (dims[i] <= 0 || dims[i] > UINT32_MAX)
-        return Status::Corruption(where + ": bad sample shape dimension");
-      m.shape.dims[i] = static_cast<uint32_t>(dims[i]);
+      uint32_t& d = m.shape.dims[i];
+      KILN_RETURN_IF_ERROR(
+          JsonInteger(dims[i], where, "sample.shape[" + std::to_string(i) + "]", &d, uint32_t{1}));
+      // As DecodeRecordHeader bounds a record's shape: no overflow.
+      if (elements > kMaxRecordElements / d)
+        return Status::Corruption(where + ": sample shape " + dims.dump() + " holds over " +
+                                  std::to_string(kMaxRecordElements) + " elements");
+      elements *= d;
     }
     m.classes = j.value("classes", std::vector<std::string>());
     if (j.contains("layout")) {
-      m.initial_map_size = j["layout"].at("initial_map_size").get<uint64_t>();
-      m.commit_records = j["layout"].at("commit_records").get<uint64_t>();
+      const json& layout = j.at("layout");
+      KILN_RETURN_IF_ERROR(JsonInteger(layout.at("initial_map_size"), where,
+                                       "layout.initial_map_size", &m.initial_map_size));
+      KILN_RETURN_IF_ERROR(JsonInteger(layout.at("commit_records"), where, "layout.commit_records",
+                                       &m.commit_records));
     }
     if (j.contains("part")) {
       const json& part = j.at("part");
-      m.part_index = part.at("index").get<int>();
-      m.part_count = part.at("of").get<int>();
-      m.first_index = part.at("first").get<uint64_t>();
+      KILN_RETURN_IF_ERROR(JsonInteger(part.at("index"), where, "part.index", &m.part_index));
+      KILN_RETURN_IF_ERROR(JsonInteger(part.at("of"), where, "part.of", &m.part_count));
+      KILN_RETURN_IF_ERROR(JsonInteger(part.at("first"), where, "part.first", &m.first_index));
       if (m.part_index < 0 || m.part_count < 1 || m.part_index >= m.part_count)
         return Status::Corruption(where + ": part " + std::to_string(m.part_index) + " of " +
                                   std::to_string(m.part_count) + " is not a valid part");
     }
     uint64_t next = m.first_index;
-    for (const json& s : j.at("shards")) {
+    std::set<std::string> files;
+    const json& shards = j.at("shards");
+    if (!shards.is_array()) return Status::Corruption(where + ": \"shards\" is not a list");
+    for (size_t i = 0; i < shards.size(); ++i) {
+      const json& s = shards[i];
+      const std::string field = "shards[" + std::to_string(i) + "].";
       ShardInfo si;
       si.file = s.at("file").get<std::string>();
-      si.first = s.at("first").get<uint64_t>();
-      si.count = s.at("count").get<uint64_t>();
-      si.bytes = s.at("bytes").get<uint64_t>();
+      KILN_RETURN_IF_ERROR(JsonInteger(s.at("first"), where, field + "first", &si.first));
+      KILN_RETURN_IF_ERROR(JsonInteger(s.at("count"), where, field + "count", &si.count));
+      KILN_RETURN_IF_ERROR(JsonInteger(s.at("bytes"), where, field + "bytes", &si.bytes));
       si.digest = s.at("digest").get<std::string>();
-      if (si.file.empty() || si.file.find('/') != std::string::npos || si.file[0] == '.')
+      if (si.file.empty() || si.file.find('/') != std::string::npos || si.file[0] == '.' ||
+          si.file.find('\0') != std::string::npos)
         return Status::Corruption(where + ": shard file name '" + si.file +
                                   "' must be a plain file name inside the cache");
+      if (!files.insert(si.file).second)
+        return Status::Corruption(where + ": shard file " + si.file + " is listed twice");
       if (si.first != next)
         return Status::Corruption(where + ": shard " + si.file + " starts at " +
                                   std::to_string(si.first) + ", expected " + std::to_string(next) +
                                   " (shards must be contiguous)");
+      if (si.count > UINT64_MAX - next)
+        return Status::Corruption(where + ": shard " + si.file + " ends past index 2^64 - 1");
       next += si.count;
       m.shards.push_back(std::move(si));
     }

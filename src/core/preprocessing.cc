@@ -1,7 +1,11 @@
 #include "kiln/preprocessing.h"
 
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <type_traits>
+
+#include "core/json_read.h"
 
 namespace kiln {
 
@@ -74,43 +78,53 @@ std::string Preprocessing::ToJson() const { return ToJsonValue(*this).dump(); }
 
 Status Preprocessing::FromJson(const std::string& text, const std::string& where,
                                Preprocessing* out) {
-  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object())
-    return Status::Corruption(where + ": \"preprocessing\" is not a JSON object");
+  json j;
+  KILN_RETURN_IF_ERROR(ParseJson(text, where, &j));
+  if (!j.is_object()) return Status::Corruption(where + ": \"preprocessing\" is not a JSON object");
   Preprocessing p;
   size_t recipe_keys = 0;
   for (const char* k : kRecipeKeys) recipe_keys += j.contains(k);
   p.complete = recipe_keys == std::size(kRecipeKeys);
   if (!p.complete) p.recorded_json = j.dump();
   const char* field = "";
+  constexpr int kMaxInt = std::numeric_limits<int>::max();
   try {
     auto get = [&](const char* key, auto* value) {
       field = key;
       if (j.contains(key)) j.at(key).get_to(*value);
+    };
+    // Integers through JsonInteger (core/json_read.h), in the ranges
+    // kiln build checks its options against: never get<int>().
+    auto integer = [&](const char* key, auto* value, auto lo, auto hi) {
+      field = key;
+      using T = std::remove_pointer_t<decltype(value)>;
+      return j.contains(key) ? JsonInteger<T>(j.at(key), where, key, value, lo, hi) : Status::OK();
     };
     if (j.contains("source")) {
       field = "source";
       const json& s = j.at("source");
       p.source.root = s.at("root").get<std::string>();
       p.source.layout = s.at("layout").get<std::string>();
-      p.source.files = s.at("files").get<uint64_t>();
+      KILN_RETURN_IF_ERROR(JsonInteger(s.at("files"), where, "source.files", &p.source.files));
       p.source.digest = s.at("digest").get<std::string>();
       p.source.list_file = s.value("list_file", std::string());
     }
     if (j.contains("part")) {
       field = "part";
-      p.part_index = j.at("part").at("index").get<int>();
-      p.part_count = j.at("part").at("of").get<int>();
+      const json& part = j.at("part");
+      KILN_RETURN_IF_ERROR(JsonInteger(part.at("index"), where, "part.index", &p.part_index, 0));
+      KILN_RETURN_IF_ERROR(JsonInteger(part.at("of"), where, "part.of", &p.part_count, 1));
     }
-    get("resize", &p.resize);
-    get("crop", &p.crop);
+    KILN_RETURN_IF_ERROR(integer("resize", &p.resize, 0, kMaxInt));
+    KILN_RETURN_IF_ERROR(integer("crop", &p.crop, 0, kMaxInt));
     if (j.contains("size")) {
       field = "size";
-      p.size_w = j.at("size").at(0).get<int>();
-      p.size_h = j.at("size").at(1).get<int>();
+      const json& size = j.at("size");
+      KILN_RETURN_IF_ERROR(JsonInteger(size.at(0), where, "size[0]", &p.size_w, 0));
+      KILN_RETURN_IF_ERROR(JsonInteger(size.at(1), where, "size[1]", &p.size_h, 0));
     }
     get("interpolation", &p.interpolation);
-    get("channels", &p.channels);
+    KILN_RETURN_IF_ERROR(integer("channels", &p.channels, 1, 3));
     if (j.contains("dtype")) {
       field = "dtype";
       KILN_RETURN_IF_ERROR(
@@ -124,11 +138,15 @@ Status Preprocessing::FromJson(const std::string& text, const std::string& where
     get("mean", &p.mean);
     get("std", &p.std);
     get("normalized", &p.normalized);
-    get("max_pixels", &p.max_pixels);
-    get("shuffle_seed", &p.shuffle_seed);
+    KILN_RETURN_IF_ERROR(
+        integer("max_pixels", &p.max_pixels, int64_t{1}, std::numeric_limits<int64_t>::max()));
+    KILN_RETURN_IF_ERROR(integer("shuffle_seed", &p.shuffle_seed,  // < 0: no shuffle
+                                 std::numeric_limits<int64_t>::min(),
+                                 std::numeric_limits<int64_t>::max()));
     get("val_fraction", &p.val_fraction);
     get("split", &p.split);
-    get("stats_sample", &p.stats_sample);
+    KILN_RETURN_IF_ERROR(integer("stats_sample", &p.stats_sample, uint64_t{0},
+                                 std::numeric_limits<uint64_t>::max()));
     get("libraries", &p.libraries);
   } catch (const json::exception& e) {
     return Status::Corruption(where + ": preprocessing field \"" + field +

@@ -138,14 +138,14 @@ Status DecodeRecordHeader(uint64_t index, const uint8_t* v, size_t size, RecordH
     return Status::Corruption(RecordName(index) + ": ndim " + std::to_string(ndim) +
                               " outside 1.." + std::to_string(kMaxDims));
   out->shape.ndim = ndim;
-  // Each dim is < 2^32 and there are at most 4, so overflow is checked with
-  // a bound before multiplying.
+  // elements <= kMaxRecordElements before each step, so the bound is
+  // checked by a division before multiplying: no overflow.
   uint64_t elements = 1;
   for (int i = 0; i < kMaxDims; ++i) {
     const uint32_t d = GetU32(v + 8 + 4 * i);
     if (i < ndim) {
       if (d == 0) return Status::Corruption(RecordName(index) + ": zero-sized dimension");
-      if (elements > (uint64_t{1} << 40) / d)
+      if (elements > kMaxRecordElements / d)
         return Status::Corruption(RecordName(index) + ": shape too large");
       elements *= d;
       out->shape.dims[i] = d;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -69,6 +70,10 @@ Status RecordToImage(const Manifest& m, const RecordView& record, ImageU8* out) 
     return Status::InvalidArgument("record " + std::to_string(record.index) + " has shape " +
                                    shape.ToString() +
                                    ": only C x H x W records with 1 or 3 channels are images");
+  // A side of 2^31 or more (a record of 1 x 2^31 x 1, say) is no int.
+  if (shape.dims[1] > INT_MAX || shape.dims[2] > INT_MAX)
+    return Status::InvalidArgument("record " + std::to_string(record.index) + " has shape " +
+                                   shape.ToString() + ": too large to be an image");
   const int c = static_cast<int>(shape.dims[0]);
   const int h = static_cast<int>(shape.dims[1]);
   const int w = static_cast<int>(shape.dims[2]);
@@ -219,7 +224,22 @@ Status RenderPreview(const CacheReader& reader, const std::vector<uint64_t>& ind
   if (m.shape.ndim != 3)
     return Status::InvalidArgument(reader.dir() + " holds records of shape " + m.shape.ToString() +
                                    ", not C x H x W images");
+  // Bounds that keep PlanPreview's int arithmetic from overflowing and the
+  // sheet to a size a PNG viewer opens (a manifest's shape may be anything
+  // up to kMaxRecordElements).
+  if (m.shape.dims[1] > kMaxPreviewSide || m.shape.dims[2] > kMaxPreviewSide ||
+      indices.size() > kMaxPreviewTiles || options.min_tile > static_cast<int>(kMaxPreviewSide))
+    return Status::InvalidArgument("a contact sheet of " + std::to_string(indices.size()) +
+                                   " records of " + m.shape.ToString() + ": at most " +
+                                   std::to_string(kMaxPreviewTiles) + " records with sides up to " +
+                                   std::to_string(kMaxPreviewSide) +
+                                   " pixels (kiln export writes one record as an image)");
   const PreviewLayout l = PlanPreview(m.shape, indices.size(), options);
+  if (static_cast<int64_t>(l.width) * l.height > kMaxPreviewPixels)
+    return Status::InvalidArgument("a contact sheet of " + std::to_string(indices.size()) +
+                                   " records of " + m.shape.ToString() + " would be " +
+                                   std::to_string(l.width) + "x" + std::to_string(l.height) +
+                                   " pixels; draw fewer records (--count)");
   cv::Mat canvas(l.height, l.width, CV_8UC3, cv::Scalar(40, 40, 40));  // RGB
   std::unique_ptr<ReadTxn> txn = reader.BeginRead();
   constexpr int kFont = cv::FONT_HERSHEY_SIMPLEX;

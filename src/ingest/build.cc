@@ -45,6 +45,10 @@ Status CheckOptions(const BuildOptions& o) {
         "(kiln merge), then repair the merged cache");
   if (o.channels != 1 && o.channels != 3)
     return Status::InvalidArgument("--channels must be 1 or 3");
+  // What the recipe records must read back (Preprocessing::FromJson's ranges).
+  if (o.resize < 0 || o.crop < 0 || o.size_w < 0 || o.size_h < 0)
+    return Status::InvalidArgument("--resize, --crop and --size must not be negative");
+  if (o.max_pixels < 1) return Status::InvalidArgument("--max-pixels must be at least 1");
   if ((o.size_w > 0) != (o.size_h > 0))
     return Status::InvalidArgument("--size needs both width and height (WxH)");
   if (o.size_w > 0 && o.resize > 0)

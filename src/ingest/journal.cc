@@ -6,7 +6,10 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
+#include <string_view>
 
+#include "core/decimal.h"
 #include "kiln/cache_layout.h"
 #include "kiln/cache_writer.h"
 #include "kiln/escape.h"
@@ -95,18 +98,31 @@ void RejectLog::Close() {
   fd_ = -1;
 }
 
+Status ParseRejectLog(const std::string& text, const std::string& where,
+                      std::set<size_t>* positions, std::vector<std::string>* lines) {
+  std::istringstream in(text);
+  std::string line;
+  for (int lineno = 1; std::getline(in, line); ++lineno) {
+    const size_t tab = line.find('\t');
+    if (tab == std::string::npos) continue;
+    size_t position = 0;
+    if (!ParseDecimal(std::string_view(line).substr(0, tab), &position))
+      return Status::Corruption(where + ":" + std::to_string(lineno) +
+                                ": not a source position; pass --force to start the build over");
+    positions->insert(position);
+    lines->push_back(line.substr(tab + 1));
+  }
+  return Status::OK();
+}
+
 Status RejectLog::Open(const std::string& dir, bool resume) {
   dir_ = dir;
   const std::string path = dir + "/" + kRejectLogName;
   if (resume) {
-    std::ifstream rl(path);
-    std::string line;
-    while (std::getline(rl, line)) {
-      const size_t tab = line.find('\t');
-      if (tab == std::string::npos) continue;
-      before_.insert(std::stoull(line.substr(0, tab)));
-      lines_.push_back(line.substr(tab + 1));
-    }
+    std::string text;
+    const Status s = ReadWholeFile(path, &text);
+    if (!s.IsNotFound()) KILN_RETURN_IF_ERROR(s);
+    KILN_RETURN_IF_ERROR(ParseRejectLog(text, path, &before_, &lines_));
   }
   fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd_ < 0) return Status::IOError(path + ": cannot write");

@@ -46,6 +46,14 @@ void EndBuild(const std::string& dir);
 // A rejects.tsv / rejects.partial line ("path<TAB>reason") as "path: reason".
 std::string RejectText(std::string line);
 
+// Parses the text of rejects.partial (`where` names it): the positions of
+// its "position<TAB>path<TAB>reason" lines go to *positions, their
+// "path<TAB>reason" parts to *lines. A line without a tab (a write cut
+// short) is skipped; a position that is not a decimal number is a
+// Corruption naming the line.
+Status ParseRejectLog(const std::string& text, const std::string& where,
+                      std::set<size_t>* positions, std::vector<std::string>* lines);
+
 // The rejects of one build, logged to DIR/rejects.partial as they happen.
 class RejectLog {
  public:
@@ -55,7 +63,8 @@ class RejectLog {
   ~RejectLog();
 
   // Opens DIR/rejects.partial for appending; with `resume`, first reads
-  // what the interrupted run logged. IOError naming the file.
+  // what the interrupted run logged (ParseRejectLog). IOError naming the
+  // file, or ParseRejectLog's Corruption.
   Status Open(const std::string& dir, bool resume);
   void Close();
 

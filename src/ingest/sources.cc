@@ -4,18 +4,20 @@
 
 #include <algorithm>
 #include <cctype>
-#include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "kiln/ingest/build.h"
 
+#include "core/decimal.h"
 #include "kiln/escape.h"
 #include "kiln/manifest.h"
+#include "source_list.h"
 #include "sources_tsv.h"
 
 namespace kiln::ingest {
@@ -123,10 +125,19 @@ Status ListSources(const std::string& root, const std::string& list_file, Source
 }
 
 Status ReadSourceList(const std::string& root, const std::string& list_path, SourceList* out) {
-  SourceList list;
-  KILN_RETURN_IF_ERROR(AbsoluteRoot(root, &list.root));
+  std::string abs_root;
+  KILN_RETURN_IF_ERROR(AbsoluteRoot(root, &abs_root));
   std::ifstream in(list_path);
   if (!in) return Status::NotFound(list_path + ": list file not found");
+  return ParseSourceList(
+      in, list_path, abs_root, [&abs_root](SourceItem* item) { return Stat(abs_root, item).ok(); },
+      out);
+}
+
+Status ParseSourceList(std::istream& in, const std::string& list_path, const std::string& root,
+                       const std::function<bool(SourceItem*)>& stat, SourceList* out) {
+  SourceList list;
+  list.root = root;
   const bool csv = list_path.size() > 4 && list_path.compare(list_path.size() - 4, 4, ".csv") == 0;
   list.layout = csv ? "csv" : "list";
   std::string line;
@@ -207,10 +218,7 @@ Status ReadSourceList(const std::string& root, const std::string& list_path, Sou
     SourceItem item;
     item.rel_path = fs::path(r.path).lexically_normal().generic_string();
     if (numeric) {
-      const auto [end, ec] =
-          std::from_chars(r.label.data(), r.label.data() + r.label.size(), item.label);
-      if (ec != std::errc() || end != r.label.data() + r.label.size() || item.label < 0 ||
-          item.label >= kMaxClasses) {
+      if (!ParseDecimal(r.label, &item.label) || item.label < 0 || item.label >= kMaxClasses) {
         list.rejected.push_back(
             {list.root + "/" + r.path, r.where + ": label " + r.label +
                                            ": numeric labels are class indices 0.." +
@@ -221,7 +229,7 @@ Status ReadSourceList(const std::string& root, const std::string& list_path, Sou
     } else {
       item.label = names[r.label];
     }
-    if (!Stat(list.root, &item).ok()) {
+    if (!stat(&item)) {
       list.rejected.push_back({list.root + "/" + item.rel_path, r.where + ": listed but not found"});
       continue;
     }

@@ -1,9 +1,10 @@
 // sources.tsv: read and written here only (build, merge, verify sources).
 #include "sources_tsv.h"
 
-#include <fstream>
 #include <sstream>
+#include <string_view>
 
+#include "core/decimal.h"
 #include "kiln/escape.h"
 #include "kiln/file.h"
 
@@ -15,45 +16,56 @@ std::string RawName(const std::string& text) {
 }
 
 Status ReadSourcesTsv(const std::string& path, std::vector<RecordedSource>* out) {
-  std::ifstream in(path);
-  if (!in) return Status::NotFound(path + ": missing (the cache was not made by kiln build)");
+  std::string text;
+  const Status s = ReadWholeFile(path, &text);
+  if (s.IsNotFound())
+    return Status::NotFound(path + ": missing (the cache was not made by kiln build)");
+  KILN_RETURN_IF_ERROR(s);
+  return ParseSourcesTsv(text, path, out);
+}
+
+Status ParseSourcesTsv(const std::string& text, const std::string& where,
+                       std::vector<RecordedSource>* out) {
+  std::istringstream in(text);
   std::string line;
   std::getline(in, line);  // header
   int lineno = 1;
   while (std::getline(in, line)) {
     ++lineno;
-    std::vector<std::string> f;
+    const std::string at = where + ":" + std::to_string(lineno);
+    std::vector<std::string_view> f;
+    const std::string_view rest(line);
     size_t pos = 0, tab;
-    while ((tab = line.find('\t', pos)) != std::string::npos) {
-      f.push_back(line.substr(pos, tab - pos));
+    while ((tab = rest.find('\t', pos)) != std::string_view::npos) {
+      f.push_back(rest.substr(pos, tab - pos));
       pos = tab + 1;
     }
-    f.push_back(line.substr(pos));
-    if (f.size() != 5)
-      return Status::Corruption(path + ":" + std::to_string(lineno) + ": bad line");
+    f.push_back(rest.substr(pos));
+    if (f.size() != 5) return Status::Corruption(at + ": bad line");
     RecordedSource r;
-    try {
-      r.record = std::stoll(f[0]);
-      if (!UnescapeName(f[1], &r.item.rel_path))
-        return Status::Corruption(path + ":" + std::to_string(lineno) + ": bad escape in the path");
-      r.item.label = std::stoll(f[2]);
-      r.item.size = std::stoull(f[3]);
-      r.item.mtime_ns = std::stoll(f[4]);
-    } catch (...) {
-      return Status::Corruption(path + ":" + std::to_string(lineno) + ": bad number");
-    }
+    if (!UnescapeName(std::string(f[1]), &r.item.rel_path))
+      return Status::Corruption(at + ": bad escape in the path");
+    if (!ParseDecimal(f[0], &r.record) || r.record < -1 || !ParseDecimal(f[2], &r.item.label) ||
+        !ParseDecimal(f[3], &r.item.size) || !ParseDecimal(f[4], &r.item.mtime_ns))
+      return Status::Corruption(at + ": bad number");
     out->push_back(std::move(r));
   }
   return Status::OK();
 }
 
-Status WriteSourcesTsv(const std::string& path, const std::vector<RecordedSource>& sources) {
+std::string FormatSourcesTsv(const std::vector<RecordedSource>& sources) {
   std::string out = "record\tpath\tlabel\tsize\tmtime_ns\n";
   for (const RecordedSource& r : sources) {
     const SourceItem& it = r.item;
-    out += std::to_string(r.record) + "\t" + EscapeName(it.rel_path) + "\t" + std::to_string(it.label) + "\t" +
-           std::to_string(it.size) + "\t" + std::to_string(it.mtime_ns) + "\n";
+    out += std::to_string(r.record) + "\t" + EscapeName(it.rel_path) + "\t" +
+           std::to_string(it.label) + "\t" + std::to_string(it.size) + "\t" +
+           std::to_string(it.mtime_ns) + "\n";
   }
+  return out;
+}
+
+Status WriteSourcesTsv(const std::string& path, const std::vector<RecordedSource>& sources) {
+  const std::string out = FormatSourcesTsv(sources);
   // Written in full and fsynced before it is renamed into place.
   const size_t slash = path.rfind('/');
   const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);

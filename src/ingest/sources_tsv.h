@@ -25,6 +25,16 @@ std::string RawName(const std::string& text);
 
 // NotFound when the file is absent; Corruption naming the line otherwise.
 Status ReadSourcesTsv(const std::string& path, std::vector<RecordedSource>* out);
+// Parses the text of a sources.tsv (`where` names it in messages), header
+// line first, appending its rows to *out. Returns Corruption naming the
+// line for one that has not five fields, a bad escape in the path, or a
+// field that is not a decimal number in its range (record -1 or more, size
+// 0 or more).
+Status ParseSourcesTsv(const std::string& text, const std::string& where,
+                       std::vector<RecordedSource>* out);
+// The text of a sources.tsv, header line first, that ParseSourcesTsv reads.
+std::string FormatSourcesTsv(const std::vector<RecordedSource>& sources);
+// Writes FormatSourcesTsv's text to `path` (temp file, fsync, rename).
 Status WriteSourcesTsv(const std::string& path, const std::vector<RecordedSource>& sources);
 
 }  // namespace kiln::ingest

@@ -6,8 +6,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <type_traits>
 #include <unistd.h>
 
+#include "core/json_read.h"
 #include "kiln/file.h"
 #include "kiln/manifest.h"
 #include "trainer_internal.h"
@@ -191,25 +194,34 @@ Status SaveCheckpoint(const std::string& dir, Model& model, torch::optim::Optimi
 // Reads the state.json of the complete checkpoint `dir` (FindCheckpoint's).
 Status ReadCheckpointState(const std::string& dir, Checkpoint* c) {
   const fs::path p = fs::path(dir) / "state.json";
-  std::ifstream f(p);
-  if (!f) return Status::IOError(p.string() + ": cannot read");
+  const std::string where = p.string();
+  std::string text;
+  if (!ReadWholeFile(where, &text).ok()) return Status::IOError(where + ": cannot read");
+  json j;
+  KILN_RETURN_IF_ERROR(ParseJson(text, where, &j));
+  // Integers through JsonInteger (core/json_read.h): 1e300 or 1.5 is a
+  // Corruption naming the field, never undefined behaviour or a truncation.
+  auto integer = [&](const json& parent, const char* key, auto* value, auto lo) {
+    using T = std::remove_pointer_t<decltype(value)>;
+    return JsonInteger<T>(parent.at(key), where, key, value, lo, std::numeric_limits<T>::max());
+  };
   try {
-    json j = json::parse(f);
-    c->epoch = j.at("epoch").get<int64_t>();
-    c->step_in_epoch = j.at("step_in_epoch").get<int64_t>();
-    c->global_step = j.at("global_step").get<int64_t>();
+    KILN_RETURN_IF_ERROR(integer(j, "epoch", &c->epoch, int64_t{0}));
+    KILN_RETURN_IF_ERROR(integer(j, "step_in_epoch", &c->step_in_epoch, int64_t{0}));
+    KILN_RETURN_IF_ERROR(integer(j, "global_step", &c->global_step, int64_t{0}));
     c->scale = j.at("loss_scale").get<double>();
-    c->growth_tracker = j.at("growth_tracker").get<int64_t>();
-    c->skipped = j.at("skipped_steps").get<int64_t>();
-    c->batch_size = j.at("batch_size").get<int64_t>();
-    c->accum_steps = j.at("accum_steps").get<int>();
+    KILN_RETURN_IF_ERROR(
+        integer(j, "growth_tracker", &c->growth_tracker, std::numeric_limits<int64_t>::min()));
+    KILN_RETURN_IF_ERROR(integer(j, "skipped_steps", &c->skipped, int64_t{0}));
+    KILN_RETURN_IF_ERROR(integer(j, "batch_size", &c->batch_size, int64_t{1}));
+    KILN_RETURN_IF_ERROR(integer(j, "accum_steps", &c->accum_steps, 1));
     c->model = j.at("model").get<std::string>();
     // Fields older checkpoints lack.
     if (j.contains("epoch_so_far")) {
       const json& e = j.at("epoch_so_far");
       c->so_far.loss_sum = e.at("loss_sum").get<double>();
-      c->so_far.correct = e.at("correct").get<int64_t>();
-      c->so_far.samples = e.at("samples").get<int64_t>();
+      KILN_RETURN_IF_ERROR(integer(e, "correct", &c->so_far.correct, int64_t{0}));
+      KILN_RETURN_IF_ERROR(integer(e, "samples", &c->so_far.samples, int64_t{0}));
       c->so_far.seconds = e.at("seconds").get<double>();
       c->so_far.wait_seconds = e.at("data_wait_seconds").get<double>();
     }

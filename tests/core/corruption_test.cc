@@ -6,9 +6,11 @@
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "core/lmdb_env.h"
 #include "kiln/cache_reader.h"
+#include "kiln/manifest.h"
 #include "kiln/verify.h"
 #include "test_util.h"
 
@@ -244,6 +246,22 @@ TEST_CASE("the manifest edited or missing", "[corruption]") {
     WriteFile(dir / "manifest.json", old);
     CHECK(Verify(dir).clean());
   }
+  SECTION("a shard's count edited to 2^40") {
+    // Regression: verify reserved room for the manifest's count (2^40
+    // records: std::bad_alloc out of VerifyCache) and then reported each
+    // missing record on its own.
+    nlohmann::json j = nlohmann::json::parse(m);
+    j["shards"][2]["count"] = (uint64_t{1} << 40);
+    j["count"] = 40 + (uint64_t{1} << 40);
+    WriteFile(dir / "manifest.json", j.dump());
+    VerifyReport r = Verify(dir);
+    INFO(Dump(r));
+    CHECK(Names(r, 40 + 20,
+                "records 60.." + std::to_string(40 + (uint64_t{1} << 40) - 1) + " missing"));
+    CHECK(r.problems.size() <= 3);
+    std::unique_ptr<CacheReader> reader;
+    CHECK(CacheReader::Open(dir.path(), ReaderOptions(), &reader).IsCorruption());
+  }
   SECTION("not JSON") {
     WriteFile(dir / "manifest.json", m.substr(0, m.size() / 2));
     CHECK(!Verify(dir).clean());
@@ -254,6 +272,147 @@ TEST_CASE("the manifest edited or missing", "[corruption]") {
     REQUIRE(r.problems.size() == 1);
     CHECK_THAT(r.problems[0].what, Catch::Contains("incomplete"));
   }
+}
+
+TEST_CASE("manifest integers that are not integers in range are Corruption naming the field",
+          "[corruption][manifest]") {
+  // Regression: these fields were read with nlohmann's get<int>() and
+  // get<uint64_t>(): 1e300 was undefined behaviour, -1 wrapped to 2^64 - 1
+  // and 1.5 was truncated to 1, all without an error.
+  nlohmann::json good =
+      nlohmann::json::parse(ReadFile(std::string(KILN_TEST_DATA) + "/manifest_part_auto.json"));
+  good.erase("meta_digest");  // so that an edited "preprocessing" fails on its own field
+  Manifest m;
+  REQUIRE(ManifestFromJson(good.dump(), "m.json", &m).ok());
+  struct Field {
+    const char* pointer;  // where in the manifest
+    const char* name;     // what the message must name
+    bool negative_ok;     // -1 is a valid value
+  };
+  const Field fields[] = {
+      {"/format_version", "format_version", true},
+      {"/count", "count", false},
+      {"/sample/shape/1", "sample.shape[1]", false},
+      {"/layout/initial_map_size", "layout.initial_map_size", false},
+      {"/layout/commit_records", "layout.commit_records", false},
+      {"/part/index", "part.index", true},
+      {"/part/of", "part.of", true},
+      {"/part/first", "part.first", false},
+      {"/shards/0/first", "shards[0].first", false},
+      {"/shards/0/count", "shards[0].count", false},
+      {"/shards/0/bytes", "shards[0].bytes", false},
+      {"/preprocessing/source/files", "source.files", false},
+      {"/preprocessing/part/index", "part.index", true},
+      {"/preprocessing/part/of", "part.of", true},
+      {"/preprocessing/resize", "resize", false},
+      {"/preprocessing/crop", "crop", false},
+      {"/preprocessing/size/0", "size[0]", false},
+      {"/preprocessing/size/1", "size[1]", false},
+      {"/preprocessing/channels", "channels", false},
+      {"/preprocessing/max_pixels", "max_pixels", false},
+      {"/preprocessing/shuffle_seed", "shuffle_seed", true},
+      {"/preprocessing/stats_sample", "stats_sample", false},
+  };
+  for (const Field& f : fields) {
+    std::vector<nlohmann::json> bad = {1e300, -1e300, 1.5, "7", nullptr};
+    if (!f.negative_ok) bad.push_back(-1);
+    for (const nlohmann::json& value : bad) {
+      nlohmann::json j = good;
+      j[nlohmann::json::json_pointer(f.pointer)] = value;
+      const Status s = ManifestFromJson(j.dump(), "m.json", &m);
+      INFO(f.pointer << " = " << value.dump() << ": " << s.ToString());
+      CHECK(s.IsCorruption());
+      CHECK_THAT(s.message(), Catch::Contains("m.json") && Catch::Contains(f.name));
+    }
+  }
+  // The same through Preprocessing::FromJson, as build.json is read.
+  Preprocessing p;
+  const Status s = Preprocessing::FromJson(R"({"resize": 1e300})", "build.json", &p);
+  CHECK(s.IsCorruption());
+  CHECK_THAT(s.message(), Catch::Contains("build.json") && Catch::Contains("resize"));
+  CHECK(Preprocessing::FromJson(R"({"stats_sample": -1})", "build.json", &p).IsCorruption());
+  CHECK(Preprocessing::FromJson(R"({"channels": 1.5})", "build.json", &p).IsCorruption());
+}
+
+TEST_CASE("manifest shapes and shard ranges that overflow are Corruption",
+          "[corruption][manifest]") {
+  nlohmann::json good =
+      nlohmann::json::parse(ReadFile(std::string(KILN_TEST_DATA) + "/manifest_part_auto.json"));
+  good.erase("meta_digest");
+  good.erase("part");
+  good["shards"][0]["first"] = 0;
+  Manifest m;
+  REQUIRE(ManifestFromJson(good.dump(), "m.json", &m).ok());
+  auto read = [&](const nlohmann::json& j) {
+    const Status s = ManifestFromJson(j.dump(), "m.json", &m);
+    INFO(s.ToString());
+    CHECK(s.IsCorruption());
+    return s.message();
+  };
+  SECTION("a shape whose product overflows 64 bits (it wrapped to 0 elements)") {
+    nlohmann::json j = good;
+    j["sample"]["shape"] = {65536, 65536, 65536, 65536};
+    CHECK_THAT(read(j), Catch::Contains("elements"));
+  }
+  SECTION("a shape over kMaxRecordElements, which no record can have") {
+    nlohmann::json j = good;
+    j["sample"]["shape"] = {3, 1u << 20, 1u << 20};
+    CHECK_THAT(read(j), Catch::Contains("elements"));
+    j["sample"]["shape"] = {1, 1u << 20, 1u << 20};  // exactly 2^40: allowed
+    CHECK(ManifestFromJson(j.dump(), "m.json", &m).ok());
+  }
+  SECTION("shard counts whose sum wraps around to \"count\"") {
+    nlohmann::json j = good;
+    nlohmann::json second = j["shards"][0];
+    j["shards"][0]["count"] = UINT64_MAX;
+    second["file"] = "shard-00001.mdb";
+    second["first"] = UINT64_MAX;
+    second["count"] = 16;  // UINT64_MAX + 16 wraps to 15, the manifest's count
+    j["shards"].push_back(second);
+    CHECK_THAT(read(j), Catch::Contains("2^64"));
+  }
+  SECTION("a shard file listed twice") {
+    nlohmann::json j = good;
+    nlohmann::json second = j["shards"][0];
+    j["shards"][0]["count"] = 10;
+    second["first"] = 10;
+    second["count"] = 5;
+    j["shards"].push_back(second);
+    CHECK_THAT(read(j), Catch::Contains("listed twice"));
+  }
+  SECTION("a shard file name with a NUL byte (it would open another file)") {
+    nlohmann::json j = good;
+    j["shards"][0]["file"] = std::string("shard-00000.mdb\0x", 17);
+    CHECK_THAT(read(j), Catch::Contains("plain file name"));
+  }
+  SECTION("shards that are not a list") {
+    nlohmann::json j = good;
+    j["shards"] = {{"a", j["shards"][0]}};
+    CHECK_THAT(read(j), Catch::Contains("shards"));
+  }
+}
+
+TEST_CASE("JSON nested deeper than kiln writes is Corruption, not a stack overflow",
+          "[corruption][manifest]") {
+  // Regression (found by tests/fuzz/fuzz_manifest): nlohmann's parser
+  // builds any depth without recursion, but dump() recurses, and reading a
+  // manifest dumps its "preprocessing": a million nested arrays there
+  // overflowed the stack.
+  const std::string good = ReadFile(std::string(KILN_TEST_DATA) + "/manifest_part_auto.json");
+  const std::string deep = std::string(1000000, '[') + std::string(1000000, ']');
+  std::string m = good;
+  m.insert(m.find("\"preprocessing\": {") + 18, "\"x\": " + deep + ", ");
+  Manifest manifest;
+  Status s = ManifestFromJson(m, "m.json", &manifest);
+  CHECK(s.IsCorruption());
+  CHECK_THAT(s.message(), Catch::Contains("m.json") && Catch::Contains("nested"));
+  Preprocessing p;
+  s = Preprocessing::FromJson("{\"x\": " + deep + "}", "build.json", &p);
+  CHECK(s.IsCorruption());
+  CHECK_THAT(s.message(), Catch::Contains("build.json") && Catch::Contains("nested"));
+  // 64 levels are read (a recipe keeps keys it does not know).
+  const std::string levels = std::string(63, '[') + std::string(63, ']');
+  CHECK(Preprocessing::FromJson("{\"x\": " + levels + "}", "build.json", &p).ok());
 }
 
 TEST_CASE("verify reports progress: monotone, per block, ending with a final update", "[verify]") {

@@ -14,15 +14,35 @@ using namespace kiln;
 using namespace kiln::testing;
 
 // Counts heap allocations while `g_count_allocs` is set (all threads).
+//
+// Every form of operator new and delete that is not over-aligned is
+// replaced, all over malloc and free: a sanitizer's runtime brings its own
+// definitions of the forms a program leaves alone, so replacing only
+// new(size_t) and delete(void*) paired AddressSanitizer's nothrow new
+// (Catch2 makes its test invokers with it) with this file's free
+// (alloc-dealloc-mismatch when Catch2's registry was destroyed at exit).
 static std::atomic<bool> g_count_allocs{false};
 static std::atomic<long> g_allocs{0};
-void* operator new(size_t n) {
+static void* CountedAlloc(size_t n) noexcept {
   if (g_count_allocs.load(std::memory_order_relaxed)) g_allocs.fetch_add(1);
-  if (void* p = std::malloc(n ? n : 1)) return p;
+  return std::malloc(n ? n : 1);
+}
+void* operator new(size_t n) {
+  if (void* p = CountedAlloc(n)) return p;
   throw std::bad_alloc();
 }
+void* operator new[](size_t n) {
+  if (void* p = CountedAlloc(n)) return p;
+  throw std::bad_alloc();
+}
+void* operator new(size_t n, const std::nothrow_t&) noexcept { return CountedAlloc(n); }
+void* operator new[](size_t n, const std::nothrow_t&) noexcept { return CountedAlloc(n); }
 void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
 void operator delete(void* p, size_t) noexcept { std::free(p); }
+void operator delete[](void* p, size_t) noexcept { std::free(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
 
 namespace {
 

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <random>
@@ -88,7 +89,9 @@ TEST_CASE("random bytes as a record never crash the parser", "[record][fuzz]") {
     if (iter % 2 == 0) {
       for (auto& b : v) b = static_cast<uint8_t>(rng());
     } else {
-      std::memcpy(v.data(), good.data(), std::min(n, good.size()));
+      // (std::copy_n, not memcpy: v.data() is null when n is 0, and memcpy
+      // with a null pointer is undefined even for 0 bytes.)
+      std::copy_n(good.begin(), std::min(n, good.size()), v.begin());
       for (int f = 0; f < 3 && n; ++f) v[rng() % n] ^= static_cast<uint8_t>(1u << (rng() % 8));
     }
     RecordHeader h;

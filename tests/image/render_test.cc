@@ -236,6 +236,38 @@ TEST_CASE("PlanPreview: whole upscaling, columns, never scaled down", "[render]"
   CHECK(l.width == 5 * (128 + image::kPreviewGap) + image::kPreviewGap);
 }
 
+TEST_CASE("records too large for a picture are refused, not a crash", "[render]") {
+  // Regression: a manifest may give any shape up to 2^40 elements. A side of
+  // 2^30 overflowed PlanPreview's int arithmetic (undefined behaviour, then
+  // an exception out of cv::Mat), and RecordToImage took a side of 2^31 as a
+  // negative int (std::length_error from resize).
+  TempDir dir;
+  WriteCache(dir / "c", 30, DType::kUint8, MakeShape({1, 28, 28}), "{}");
+  std::string m = ReadFile(dir / "c/manifest.json");
+  const size_t at = m.find("      28,\n      28\n");
+  REQUIRE(at != std::string::npos);
+  m.replace(at, 20, "      1,\n      1073741824\n");
+  WriteFile(dir / "c/manifest.json", m);
+  auto reader = Open(dir / "c");
+  REQUIRE(reader->manifest().shape.dims[2] == (1u << 30));
+  image::PreviewOptions o;
+  image::ImageU8 sheet;
+  Status s = image::RenderPreview(*reader, {0, 1, 2, 3}, o, &sheet);
+  CHECK(s.IsInvalidArgument());
+  CHECK_THAT(s.message(), Catch::Contains("1x1x1073741824"));
+  // Too many tiles, even of small records.
+  WriteCache(dir / "small", 2, DType::kUint8, MakeShape({1, 28, 28}), "{}");
+  auto small = Open(dir / "small");
+  s = image::RenderPreview(*small, std::vector<uint64_t>(image::kMaxPreviewTiles + 1, 0), o,
+                           &sheet);
+  CHECK(s.IsInvalidArgument());
+  // One record of 1 x 2^31 x 1 as an image (the view is all RecordToImage reads).
+  RecordView r;
+  r.dtype = DType::kUint8;
+  r.shape = MakeShape({1, 1u << 31, 1});
+  CHECK(image::RecordToImage(reader->manifest(), r, &sheet).IsInvalidArgument());
+}
+
 TEST_CASE("preview --classes: the sample holds only the chosen classes", "[render]") {
   TempDir dir;
   WriteCache(dir / "c", 30, DType::kUint8, MakeShape({1, 8, 8}), "{}");

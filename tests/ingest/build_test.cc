@@ -137,6 +137,29 @@ TEST_CASE("the same build again is up to date, changed sources need force", "[bu
   CHECK(r->size() == 298);
 }
 
+TEST_CASE("options the recipe could not read back are refused before anything is written",
+          "[build]") {
+  // build.json must read back through Preprocessing::FromJson, which takes
+  // geometry >= 0 and max_pixels >= 1 only: a resumed build would find it
+  // unreadable otherwise.
+  TempDir out;
+  ingest::BuildOptions o = BuildOf(kFashion, out.path());
+  o.channels = 1;
+  std::vector<ingest::BuildOptions> refused_options(5, o);
+  refused_options[0].resize = -1;
+  refused_options[1].crop = -1;
+  refused_options[2].size_w = refused_options[2].size_h = -28;
+  refused_options[3].max_pixels = 0;
+  refused_options[4].max_pixels = -5;
+  for (size_t which = 0; which < refused_options.size(); ++which) {
+    const ingest::BuildOptions& bad = refused_options[which];
+    const Built refused = Build(bad);
+    INFO(which << ": " << refused.status.ToString());
+    CHECK(refused.status.IsInvalidArgument());
+    CHECK(fs::is_empty(out.path()));
+  }
+}
+
 // The build that is killed runs in a process of its own: the kiln command.
 TEST_CASE("a build killed with SIGKILL resumes to identical shards", "[build]") {
   TempDir src, ref, out;

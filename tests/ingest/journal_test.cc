@@ -100,6 +100,30 @@ TEST_CASE("the reject log survives a resume and becomes rejects.tsv", "[journal]
   CHECK(RejectText(log.lines()[1]) == "/src/b.png: empty file");
 }
 
+TEST_CASE("a damaged reject log is a Corruption naming its line, never an exception", "[journal]") {
+  // Regression: the positions were read with std::stoull, which threw out
+  // of BuildCache for "x" and took "-1" as 2^64 - 1.
+  std::set<size_t> positions;
+  std::vector<std::string> lines;
+  REQUIRE(ParseRejectLog("3\ta.jpg\tbad\n12\n7\tb.jpg\tempty", "r", &positions, &lines).ok());
+  CHECK(positions == std::set<size_t>{3, 7});  // "12" without a tab: a write cut short
+  CHECK(lines == std::vector<std::string>{"a.jpg\tbad", "b.jpg\tempty"});
+  for (const char* text : {"x\ta\tb\n", "\ta\tb\n", "-1\ta\tb\n", "99999999999999999999999\ta\tb\n",
+                           "3\ta\tb\n 4\ta\tb\n"}) {
+    const Status s = ParseRejectLog(text, "r.partial", &positions, &lines);
+    INFO(text);
+    CHECK(s.IsCorruption());
+    CHECK_THAT(s.message(), Catch::Contains("r.partial:"));
+  }
+  // Through a resumed RejectLog.
+  TempDir dir;
+  WriteFile(dir / kRejectLogName, "oops\ta\tb\n");
+  RejectLog log;
+  const Status s = log.Open(dir.path(), /*resume=*/true);
+  CHECK(s.IsCorruption());
+  CHECK_THAT(s.message(), Catch::Contains(kRejectLogName));
+}
+
 TEST_CASE("the resume point skips written records and earlier rejects", "[journal]") {
   CHECK(ResumePoint(10, 0, {}) == 0);
   CHECK(ResumePoint(10, 0, {0, 1}) == 2);

@@ -181,3 +181,25 @@ TEST_CASE("sources.tsv round-trips every field and names a bad line", "[sources]
   CHECK(s.IsCorruption());
   CHECK_THAT(s.message(), Catch::Contains("bad.tsv"));
 }
+
+TEST_CASE("sources.tsv numbers are exactly what kiln writes", "[sources]") {
+  // Regression: std::stoull read a size of "-1" as 2^64 - 1, std::stoll
+  // read "12abc" as 12 and " 12" as 12.
+  const std::string header = "record\tpath\tlabel\tsize\tmtime_ns\n";
+  std::vector<ingest::RecordedSource> out;
+  REQUIRE(ingest::ParseSourcesTsv(header + "-1\ta.jpg\t0\t5\t-7\n", "s.tsv", &out).ok());
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].record == -1);
+  CHECK(out[0].item.mtime_ns == -7);
+  for (const char* line :
+       {"0\ta.jpg\t0\t-1\t1", "0\ta.jpg\t0\t12abc\t1", "0\ta.jpg\t0\t 12\t1", "0\ta.jpg\t0\t+12\t1",
+        "-2\ta.jpg\t0\t1\t1", "x\ta.jpg\t0\t1\t1", "0\ta.jpg\t99999999999999999999\t1\t1",
+        "0\ta.jpg\t0\t1\t", "0\ta\\q.jpg\t0\t1\t1"}) {
+    out.clear();
+    const Status s = ingest::ParseSourcesTsv(header + line + "\n", "s.tsv", &out);
+    INFO(line << ": " << s.ToString());
+    CHECK(s.IsCorruption());
+    CHECK_THAT(s.message(), Catch::Contains("s.tsv:2"));
+    CHECK(out.empty());
+  }
+}

@@ -45,6 +45,11 @@ Status ExportRecord(const CacheReader& reader, uint64_t index, const std::string
 inline constexpr int kPreviewGap = 4;
 // The strip under each tile that holds its label, in pixels.
 inline constexpr int kPreviewLabelHeight = 16;
+// The most a contact sheet holds: records with sides up to kMaxPreviewSide
+// pixels, kMaxPreviewTiles of them, kMaxPreviewPixels in all.
+inline constexpr uint32_t kMaxPreviewSide = 1 << 14;
+inline constexpr size_t kMaxPreviewTiles = 1 << 12;
+inline constexpr int64_t kMaxPreviewPixels = int64_t{1} << 28;
 
 struct PreviewOptions {
   uint64_t count = 16;               // tiles; fewer when fewer records qualify
@@ -85,7 +90,8 @@ Status PickPreviewRecords(const CacheReader& reader, const PreviewOptions& optio
 // Draws the records `indices` of `reader`'s cache into a contact sheet
 // (*sheet is replaced; always 3 channels, RGB) laid out by PlanPreview,
 // each tile labelled "<class> #<index>" (just "#<index>" without a class
-// name). Returns InvalidArgument for an empty `indices`, and
+// name). Returns InvalidArgument for an empty `indices` or a sheet over the
+// bounds above, and
 // RecordToImage's and ReadTxn::Get's errors (checksums are verified).
 Status RenderPreview(const CacheReader& reader, const std::vector<uint64_t>& indices,
                      const PreviewOptions& options, ImageU8* sheet);
