@@ -137,6 +137,12 @@ Status Preprocessing::FromJson(const std::string& text, const std::string& where
     }
     get("mean", &p.mean);
     get("std", &p.std);
+    // Records are divided by std (a uint8 cache's reader does it): kiln
+    // build refuses std <= 0, so the recipe cannot hold one.
+    for (double s : p.std)
+      if (!(s > 0))
+        return Status::Corruption(where + ": preprocessing \"std\" holds " + std::to_string(s) +
+                                  "; every value must be > 0");
     get("normalized", &p.normalized);
     KILN_RETURN_IF_ERROR(
         integer("max_pixels", &p.max_pixels, int64_t{1}, std::numeric_limits<int64_t>::max()));

@@ -18,6 +18,31 @@ struct Chunk {
   size_t begin = 0, end = 0;  // positions of the job's order
   std::vector<uint8_t> payload;
   std::vector<Status> status;
+  // The stages done with the chunk. oneTBB passes a token from stage to
+  // stage with synchronization of its own, which ThreadSanitizer cannot see
+  // (oneTBB is not instrumented): each stage ends with a release store here
+  // and the next begins with an acquire load, so that it can. Two atomic
+  // operations per kChunk items.
+  std::atomic<int> stages_done{0};
+  void Published(int stage) { stages_done.store(stage, std::memory_order_release); }
+  void Receive() const { (void)stages_done.load(std::memory_order_acquire); }
+};
+
+// One call of a serial stage: the stage's calls come one at a time, in
+// order, but on any thread, and oneTBB's ordering of them is invisible to
+// ThreadSanitizer (see Chunk::stages_done); an acquire at the start and a
+// release at the end of each call show it.
+class SerialCall {
+ public:
+  explicit SerialCall(std::atomic<uint64_t>* calls) : calls_(calls) {
+    (void)calls_->load(std::memory_order_acquire);
+  }
+  ~SerialCall() { calls_->fetch_add(1, std::memory_order_release); }
+  SerialCall(const SerialCall&) = delete;
+  SerialCall& operator=(const SerialCall&) = delete;
+
+ private:
+  std::atomic<uint64_t>* calls_;
 };
 
 // Chunks reused from token to token.
@@ -40,6 +65,10 @@ class ChunkPool {
     std::lock_guard<std::mutex> lock(mu_);
     pool_.emplace_back(c);
   }
+  // Called once every chunk is back (parallel_pipeline returned): the last
+  // stage gave each back under this lock, so taking it orders what was done
+  // to the chunks before what the caller does next, for ThreadSanitizer.
+  void AllReturned() { std::lock_guard<std::mutex> lock(mu_); }
 
  private:
   const uint64_t record_bytes_;
@@ -67,7 +96,9 @@ Status RunPipeline(const PipelineJob& job, CacheWriter* writer, RejectLog* rejec
   *counts = PipelineCounts();
   auto last_tick = std::chrono::steady_clock::now();
 
+  std::atomic<uint64_t> read_calls{0}, write_calls{0};  // SerialCall
   auto read_stage = [&](tbb::flow_control& fc) -> Chunk* {
+    const SerialCall call(&read_calls);
     if (next >= order.size() || failed) {
       fc.stop();
       return nullptr;
@@ -76,9 +107,11 @@ Status RunPipeline(const PipelineJob& job, CacheWriter* writer, RejectLog* rejec
     c->begin = next;
     c->end = std::min(next + kChunk, order.size());
     next = c->end;
+    c->Published(1);
     return c;
   };
   auto decode_stage = [&](Chunk* c) -> Chunk* {
+    c->Receive();
     Preprocessor::Scratch scratch;
     for (size_t k = c->begin; k < c->end; ++k) {
       Status& s = c->status[k - c->begin];
@@ -93,9 +126,12 @@ Status RunPipeline(const PipelineJob& job, CacheWriter* writer, RejectLog* rejec
         s = Status::Corruption(e.what());
       }
     }
+    c->Published(2);
     return c;
   };
   auto write_stage = [&](Chunk* c) {
+    const SerialCall call(&write_calls);
+    c->Receive();
     for (size_t k = c->begin; k < c->end && failure.ok(); ++k) {
       const Status& s = c->status[k - c->begin];
       const SourceItem& it = src.items[order[k]];
@@ -127,6 +163,12 @@ Status RunPipeline(const PipelineJob& job, CacheWriter* writer, RejectLog* rejec
                     tbb::make_filter<Chunk*, Chunk*>(tbb::filter_mode::parallel, decode_stage) &
                     tbb::make_filter<Chunk*, void>(tbb::filter_mode::serial_in_order, write_stage));
   });
+  // Every stage call is over. Acquire what the last ones released - the
+  // pool's lock, the serial stages' counters - so that ThreadSanitizer sees
+  // that too before this thread reads what they wrote.
+  pool.AllReturned();
+  (void)read_calls.load(std::memory_order_acquire);
+  (void)write_calls.load(std::memory_order_acquire);
   return failure;
 }
 

@@ -332,6 +332,14 @@ TEST_CASE("manifest integers that are not integers in range are Corruption namin
   CHECK_THAT(s.message(), Catch::Contains("build.json") && Catch::Contains("resize"));
   CHECK(Preprocessing::FromJson(R"({"stats_sample": -1})", "build.json", &p).IsCorruption());
   CHECK(Preprocessing::FromJson(R"({"channels": 1.5})", "build.json", &p).IsCorruption());
+  // Not an integer, but as impossible: a std of 0 (kiln build refuses it)
+  // would divide a uint8 cache's pixels by zero in the loader.
+  for (const char* std : {R"({"std": [0]})", R"({"std": [0.5, -0.2]})"}) {
+    const Status zero = Preprocessing::FromJson(std, "build.json", &p);
+    CHECK(zero.IsCorruption());
+    CHECK_THAT(zero.message(), Catch::Contains("std"));
+  }
+  CHECK(Preprocessing::FromJson(R"({"std": [0.25, 1e-9]})", "build.json", &p).ok());
 }
 
 TEST_CASE("manifest shapes and shard ranges that overflow are Corruption",
