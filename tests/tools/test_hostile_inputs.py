@@ -97,6 +97,38 @@ def read_rejects(cache):
     return [l.split("\t") for l in lines[1:]]
 
 
+def unreadable_as_root(tmp):
+    """Root reads any file, so make_inputs leaves the unreadable one out there: here
+    kiln build runs as nobody (setpriv) over a tree nobody owns, with one file nobody
+    may read. It is a reject saying it cannot be opened; the other file builds."""
+    if os.geteuid() != 0:
+        return  # make_inputs covered it
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        print("unreadable file as root: no setpriv here, not checked")
+        return
+    base = os.path.join(tmp, "nobody")
+    src = os.path.join(base, "src", "c")
+    os.makedirs(src)
+    shutil.copy(PHOTO, os.path.join(src, "fine.jpg"))
+    shutil.copy(PHOTO, os.path.join(src, "locked.jpg"))
+    for d, dirs, files in os.walk(base):
+        for n in [d] + [os.path.join(d, f) for f in files]:
+            os.chown(n, 65534, 65534)
+    os.chmod(os.path.join(src, "locked.jpg"), 0)
+    os.chmod(tmp, 0o755)  # mkdtemp's 0700 would keep nobody out of everything
+    out = os.path.join(base, "out")
+    p = subprocess.run([setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", KILN,
+                        "build", os.path.join(base, "src"), out, "--resize", "32", "--crop", "32",
+                        "--progress", "none"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       timeout=HANG_S)
+    log = p.stdout.decode("utf-8", "replace")
+    assert p.returncode == 0 and "1 written, 1 rejected" in log, log
+    got = {os.path.basename(path): reason for path, reason in read_rejects(out)}
+    assert list(got) == ["locked.jpg"] and "cannot open" in got["locked.jpg"], got
+    print("unreadable file (as nobody): rejected: %s" % got["locked.jpg"])
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="kiln_hostile_")
     try:
@@ -144,6 +176,8 @@ def main():
                          "--resize", "32", "--crop", "32", "--strict", "--progress", "none"])
         assert code == 1 and "list.txt:2" in log and "--strict" in log, log
         print("list file: 4 bad lines rejected, each naming its line; --strict exit 1")
+
+        unreadable_as_root(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
