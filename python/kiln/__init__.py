@@ -233,9 +233,13 @@ class Loader:
 
     Lifetime (copy=False, the default): x and y are views of one slot of
     the loader's ring - no copy is made. The slot belongs to you until you
-    take the next batch (or the epoch ends, or the iterator is dropped);
-    then the workers refill it and x, y change under you. Keep a batch past
-    that with ``x.clone()``, or pass copy=True to get fresh tensors.
+    take the next batch from this loader (through any iterator of it), or
+    its epoch ends, or a new iteration starts (``iter()``, ``set_epoch``,
+    ``load_state_dict``); then the workers refill it and x, y change under
+    you. Dropping the iterator alone does not hand it back, so ``x, y =
+    next(iter(loader))`` stays valid. Keep a batch past that with
+    ``x.clone()``, or pass copy=True to get fresh tensors (the slot is then
+    handed back at once).
 
     Errors: a record that fails to load raises CorruptionError (naming the
     shard and record) in place of its batch, and again on every retry; no
@@ -377,27 +381,26 @@ class Loader:
     def _run(self, generation):
         native, xs, ys, full = self._native, self._xs, self._ys, self.batch_size
         native.start_epoch(self._epoch, self._batch)
-        try:
-            while True:
-                if self._generation != generation:
-                    raise RuntimeError("kiln.Loader: this iterator was superseded by a newer "
-                                       "iter(loader), set_epoch or load_state_dict")
-                b = native.next()
-                if b is None:
-                    break
-                slot, size, _, index = b
-                self._batch = index + 1
-                x, y = xs[slot], ys[slot]
-                if size != full:
-                    x, y = x[:size], y[:size]
-                if self._copy:
-                    x, y = x.clone() if torch is not None else x.copy(), \
-                        y.clone() if torch is not None else y.copy()
-                yield x, y
-            self._epoch, self._batch = self._epoch + 1, 0
-        finally:
-            if self._generation == generation and self._pid == os.getpid():
-                native.release()
+        while True:
+            if self._generation != generation:
+                raise RuntimeError("kiln.Loader: this iterator was superseded by a newer "
+                                   "iter(loader), set_epoch or load_state_dict")
+            b = native.next()
+            if b is None:
+                break
+            slot, size, _, index = b
+            self._batch = index + 1
+            x, y = xs[slot], ys[slot]
+            if size != full:
+                x, y = x[:size], y[:size]
+            if self._copy:
+                x, y = x.clone() if torch is not None else x.copy(), \
+                    y.clone() if torch is not None else y.copy()
+                native.release()  # the workers may refill it now
+            yield x, y
+        self._epoch, self._batch = self._epoch + 1, 0
+        # No release when the iterator is dropped: the batch it yielded last
+        # stays the caller's until the next next() or start_epoch (see Lifetime).
 
     def __reduce__(self):
         raise TypeError("a kiln.Loader cannot be pickled (it owns threads and a ring of "

@@ -21,6 +21,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 import warnings
 
 SKIP = 77
@@ -347,6 +348,35 @@ def check_fork_child(tmp):
     xs = torch.cat([x for x, _ in dl])
     assert xs.shape[0] == N and all(xs[i].numpy().tobytes() == cache[i][0].tobytes()
                                     for i in range(N))
+
+
+def check_batch_outlives_iterator(tmp):
+    """x, y = next(iter(loader)) stays valid after the iterator is dropped: its
+    slot goes back to the workers only when the next batch is taken. With
+    copy=True the slot goes back at once and is refilled ahead."""
+    path = synth(tmp, "f16", "float16")
+    cache = kiln.Cache(path)
+    first = b"".join(cache[i][0].tobytes() for i in range(8))
+    second = b"".join(cache[i][0].tobytes() for i in range(8, 16))
+    loader = kiln.Loader(path, batch_size=8, workers=1, slots=1, shuffle=False)
+    x, _ = next(iter(loader))  # the iterator is dropped here
+    gc.collect()
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:  # a released slot would be refilled by now
+        assert x.numpy().tobytes() == first, "the batch changed after its iterator was dropped"
+        time.sleep(0.01)
+    it = iter(loader)  # a new iteration hands it back: the epoch restarts at batch 1
+    assert next(it)[0].numpy().tobytes() == second
+    copied = kiln.Loader(path, batch_size=8, workers=1, slots=1, shuffle=False, copy=True)
+    it = iter(copied)
+    x, _ = next(it)
+    assert x.numpy().tobytes() == first
+    ring = copied._ring[0][0]
+    deadline = time.monotonic() + 60.0
+    while ring.numpy().tobytes() != second:  # the one slot is refilled while x is held
+        assert time.monotonic() < deadline, "copy=True did not hand the slot back"
+        time.sleep(0.01)
+    assert next(it)[0].numpy().tobytes() == second
 
 
 def check_normalize(tmp):
