@@ -2,6 +2,7 @@
 // for the previous one), state.json, and --resume with its check that the
 // run continues the checkpoint's settings.
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -191,8 +192,12 @@ Status SaveCheckpoint(const std::string& dir, Model& model, torch::optim::Optimi
   return Status::OK();
 }
 
-// Reads the state.json of the complete checkpoint `dir` (FindCheckpoint's).
-Status ReadCheckpointState(const std::string& dir, Checkpoint* c) {
+// What a damaged state.json's error tells the user to do.
+constexpr const char* kDamaged =
+    "; the checkpoint is damaged: resume from another checkpoint or start without --resume";
+
+// ReadCheckpointState's parsing and checks.
+Status ReadStateFile(const std::string& dir, Checkpoint* c) {
   const fs::path p = fs::path(dir) / "state.json";
   const std::string where = p.string();
   std::string text;
@@ -232,9 +237,29 @@ Status ReadCheckpointState(const std::string& dir, Checkpoint* c) {
     if (j.contains("param_groups"))
       c->groups = j.at("param_groups").get<std::vector<std::vector<std::string>>>();
   } catch (const json::exception& e) {
-    return Status::Corruption(p.string() + ": " + e.what());
+    return Status::Corruption(where + ": " + e.what());
   }
+  // Numbers that parse but cannot be a run's: a loss scale of 0, -1 or inf
+  // would skip every step from here on without a word.
+  auto finite = [&](const char* key, double v, bool positive) {
+    if (std::isfinite(v) && (positive ? v > 0 : v >= 0)) return Status::OK();
+    return Status::Corruption(where + ": \"" + key + "\" is " + json(v).dump() + ", not a " +
+                              (positive ? "positive" : "non-negative") + " finite number");
+  };
+  KILN_RETURN_IF_ERROR(finite("loss_scale", c->scale, true));
+  KILN_RETURN_IF_ERROR(finite("epoch_so_far.seconds", c->so_far.seconds, false));
+  KILN_RETURN_IF_ERROR(finite("epoch_so_far.data_wait_seconds", c->so_far.wait_seconds, false));
+  if (!std::isfinite(c->so_far.loss_sum))
+    return Status::Corruption(where + ": \"epoch_so_far.loss_sum\" is not a finite number");
   return Status::OK();
+}
+
+// Reads the state.json of the complete checkpoint `dir` (FindCheckpoint's).
+// A damaged one is a Corruption that names it and says what to do.
+Status ReadCheckpointState(const std::string& dir, Checkpoint* c) {
+  Status s = ReadStateFile(dir, c);
+  if (s.IsCorruption()) return Status::Corruption(s.message() + kDamaged);
+  return s;
 }
 
 // How a message shows `option` set to `value` in a run: "--seed 5",

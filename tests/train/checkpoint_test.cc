@@ -358,3 +358,59 @@ TEST_CASE("an epoch resumed in the middle reports the loss and accuracy of the w
   REQUIRE(at != std::string::npos);
   CHECK(std::abs(std::stod(metrics.substr(at + 13)) - whole.epochs[0].train_loss) < 1e-6);
 }
+
+TEST_CASE("resume refuses a damaged state.json, naming it and the field, and saves nothing",
+          "[train]") {
+  TempDir dir;
+  std::ostringstream log;
+  TrainOptions first = SyntheticMlp(dir, &log);
+  first.max_steps = 3;
+  first.save = dir / "ck";
+  TrainResult r;
+  REQUIRE(Train(first, &r).ok());
+  const std::string ck = dir / "ck", state_file = ck + "/state.json";
+  const std::string good = ReadFile(state_file), weights = ReadFile(ck + "/model.pt");
+  // `field` set to `value` in the saved text.
+  auto with = [&](const std::string& field, const std::string& value) {
+    const std::regex re("\"" + field + "\": [^,\n]*");
+    REQUIRE(std::regex_search(good, re));
+    return std::regex_replace(good, re, "\"" + field + "\": " + value);
+  };
+  struct Case {
+    std::string text, names;  // names: what the message points at
+  };
+  const std::vector<Case> cases = {
+      {good.substr(0, good.size() / 2), "not valid JSON"},
+      {with("epoch", "\"one\""), "epoch"},
+      {with("epoch", "1e300"), "epoch"},
+      {with("global_step", "-4"), "global_step"},
+      {with("loss_scale", "-1.0"), "loss_scale"},
+      {with("loss_scale", "0"), "loss_scale"},
+      {with("loss_scale", "1e400"), "not valid JSON"},  // nlohmann refuses the overflow
+      {with("seconds", "-3.5"), "seconds"},
+      {with("model", "7"), "string"},
+      {std::regex_replace(good, std::regex("\"batch_size\": [0-9]+,?"), ""), "batch_size"},
+  };
+  for (const auto& c : cases) {
+    WriteFile(state_file, c.text);
+    TrainOptions o = SyntheticMlp(dir, &log);
+    o.resume = ck;
+    o.save = ck;  // a refused resume must not replace the checkpoint either
+    Status s = Train(o, &r);
+    INFO(c.text << "\n-> " << s.ToString());
+    CHECK(s.IsCorruption());
+    CHECK_THAT(s.message(), Catch::Contains(state_file) && Catch::Contains(c.names) &&
+                                Catch::Contains("start without --resume"));
+    CHECK(r.steps == 0);
+    CHECK(ReadFile(state_file) == c.text);
+    CHECK(ReadFile(ck + "/model.pt") == weights);
+  }
+  WriteFile(state_file, good);  // repaired, it resumes
+  TrainOptions o = SyntheticMlp(dir, &log);
+  o.resume = ck;
+  o.max_steps = 4;
+  Status s = Train(o, &r);
+  INFO(s.ToString());
+  CHECK(s.ok());
+  CHECK(r.steps == 4);
+}
