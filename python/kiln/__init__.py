@@ -41,7 +41,7 @@ except ImportError:  # the loader then yields numpy arrays
     torch = None
 
 __all__ = ["Cache", "Loader", "CorruptionError", "normalize", "raw_name", "native_bf16",
-           "__version__"]
+           "verify", "__version__"]
 __version__ = _kiln.__version__
 
 #: Raised for damaged or inconsistent cache data; the message names the
@@ -161,6 +161,21 @@ def native_bf16():
     as fp32; elsewhere bf16 is emulated and slower. ``kiln train
     --precision auto`` decides by the same test."""
     return _kiln.cpu_has_native_bf16()
+
+
+def verify(path, level="full", threads=0):
+    """``kiln verify PATH --level LEVEL --json`` from Python: a dict with
+    ``clean`` (bool), ``records_checked``, ``bytes_checked``, ``shard_bytes``,
+    ``seconds`` and ``problems`` (each ``{"shard", "index", "what"}``; index
+    None for a problem that is not one record's). `level`: "quick" (every
+    record's header, each shard's LMDB structure, counts) or "full" (also
+    every checksum and NaN/Inf); `threads` 0 = all cores. A damaged cache is
+    a report with clean False, not an exception; a missing directory raises
+    FileNotFoundError. Each shard's LMDB pages are checked before LMDB reads
+    them, so a damaged shard is reported where opening it with Cache or
+    Loader could crash the interpreter: verify a cache that was copied or
+    stored on doubtful media before training from it."""
+    return json.loads(_kiln.verify(os.fspath(path), str(level), int(threads)))
 
 
 def normalize(x, cache):

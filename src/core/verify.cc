@@ -14,6 +14,7 @@
 #include <set>
 
 #include "kiln/file.h"
+#include "core/lmdb_check.h"
 #include "core/lmdb_env.h"
 #include "core/shard_digest.h"
 #include "kiln/cache_reader.h"
@@ -124,6 +125,19 @@ class Verifier {
                                  std::to_string(info.bytes) +
                                  (size < info.bytes ? " (truncated)" : " (modified)"));
       if (size < info.bytes) return;  // reading a truncated map could fault
+    }
+    // LMDB trusts its pages: a damaged one would crash this process, so the
+    // file's structure is proven first (core/lmdb_check.h).
+    LmdbFileSummary structure;
+    s = CheckLmdbFile(path, size, &structure);
+    if (!s.ok()) {
+      Problem(Kind::kShardFile, -1, info.file,
+              s.message() + "; its records" +
+                  (info.count ? " " + std::to_string(info.first) + ".." +
+                                    std::to_string(info.first + info.count - 1)
+                              : std::string()) +
+                  " cannot be read safely");
+      return;
     }
     std::shared_ptr<const LmdbEnv> shared;  // shared with a reader of the file in this process
     s = OpenSharedForRead(path, 16, &shared);

@@ -36,6 +36,7 @@
 #include "kiln/cache_reader.h"
 #include "kiln/loader.h"
 #include "kiln/manifest.h"
+#include "kiln/verify.h"
 
 namespace py = pybind11;
 
@@ -246,6 +247,23 @@ PYBIND11_MODULE(_kiln, m) {
   m.attr("__version__") = KilnVersion();
   m.def("cpu_has_native_bf16", &CpuHasNativeBf16,
         "Whether this CPU computes bf16 natively (AVX512-BF16 or AMX in /proc/cpuinfo)");
+  m.def(
+      "verify",
+      [](const std::string& path, const std::string& level, int threads) {
+        VerifyOptions o;
+        Check(ParseVerifyLevel(level, &o.level));
+        o.threads = threads;
+        VerifyReport r;
+        Status s;
+        {
+          py::gil_scoped_release unlocked;
+          s = VerifyCache(path, o, &r);
+        }
+        Check(s);
+        return VerifyReportToJson(path, r);
+      },
+      py::arg("path"), py::arg("level") = "full", py::arg("threads") = 0,
+      "kiln verify's report of the cache at `path`, as the JSON of `kiln verify --json`");
 
   py::class_<PyCache, std::shared_ptr<PyCache>>(m, "Cache")
       .def(py::init<const std::string&>(), py::arg("path"))

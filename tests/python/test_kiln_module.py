@@ -379,6 +379,42 @@ def check_batch_outlives_iterator(tmp):
     assert next(it)[0].numpy().tobytes() == second
 
 
+def check_verify(tmp):
+    """kiln.verify reports an intact cache clean, and a damaged record or
+    damaged LMDB pages as problems naming the shard, without crashing."""
+    path = synth(tmp, "u8", "uint8", shape=(1, 28, 28), n=400)
+    r = kiln.verify(path)
+    assert r["clean"] and r["records_checked"] == 400 and r["problems"] == [], r
+    assert kiln.verify(path, level="quick")["clean"]
+    shard = os.path.join(path, "shard-00000.mdb")
+    good = open(shard, "rb").read()
+    cache = kiln.Cache(path)  # open in this process while verify reads the same shard
+    x, _ = cache[7]
+    at = good.find(x.tobytes()[:64])
+    assert at > 0
+    bad = bytearray(good)
+    bad[at + 100] ^= 0x40
+    open(shard, "wb").write(bad)
+    r = kiln.verify(path)
+    assert not r["clean"] and [(p["shard"], p["index"]) for p in r["problems"]] == \
+        [("shard-00000.mdb", 7)], r
+    assert kiln.verify(path, level="quick")["clean"]  # headers only: the payload is not read
+    bad = bytearray(good)
+    bad[2 * 4096 + 12:2 * 4096 + 14] = b"\x04\x00"  # page 2's lower bound inside its header
+    open(shard, "wb").write(bad)
+    r = kiln.verify(path, level="quick")
+    assert not r["clean"] and "LMDB structure damaged: page 2" in r["problems"][0]["what"], r
+    open(shard, "wb").write(good)
+    assert kiln.verify(path)["clean"]
+    for call, error in ((lambda: kiln.verify(os.path.join(tmp, "absent")), FileNotFoundError),
+                        (lambda: kiln.verify(path, level="deep"), ValueError)):
+        try:
+            call()
+            raise AssertionError("no %s" % error.__name__)
+        except error:
+            pass
+
+
 def check_normalize(tmp):
     """normalize() of a uint8 batch applies the manifest's mean/std; float caches pass."""
     path = synth(tmp, "u8", "uint8")
