@@ -1,6 +1,7 @@
 #include "kiln/cache_reader.h"
 
 #include "kiln/file.h"
+#include "core/lmdb_check.h"
 #include "core/lmdb_env.h"
 
 namespace kiln {
@@ -41,6 +42,13 @@ Status CacheReader::Open(const std::string& dir, const ReaderOptions& options,
       return Status::Corruption(path + ": shard is " + std::to_string(size) +
                                 " bytes, the manifest says " + std::to_string(s.bytes) +
                                 (size < s.bytes ? " (truncated)" : " (modified)"));
+    // Damaged meta pages would crash LMDB on its first read; the pages of
+    // the tree are proven by kiln verify (core/lmdb_check.h).
+    st = CheckLmdbMeta(path, size);
+    if (st.IsCorruption())
+      return Status::Corruption(st.message() + "; rebuild the cache (kiln build --force) or "
+                                "restore the shard");
+    KILN_RETURN_IF_ERROR(st);
     auto env = std::make_unique<ShardEnv>();
     KILN_RETURN_IF_ERROR(OpenSharedForRead(path, options.max_readers, &env->env)
                              .WithContext("opening shard"));

@@ -50,9 +50,10 @@ class Walker {
   Walker(const std::string& path, int fd, uint64_t file_bytes)
       : path_(path), fd_(fd), file_bytes_(file_bytes) {}
 
-  Status Run(LmdbFileSummary* out) {
-    // Both meta pages must be sound (LMDB refuses the file otherwise); LMDB
-    // reads through the one with the larger transaction id.
+  // The meta page LMDB's readers use, checked with the tree's root and
+  // depth: two small reads.
+  Status ReadMeta(Meta* out) {
+    // Both meta pages must be sound (LMDB refuses the file otherwise).
     Meta m[2];
     std::vector<uint8_t> page(kMetaEnd);
     uint64_t offset = 0;
@@ -83,22 +84,32 @@ class Walker {
     // flags would make LMDB read sub-pages kiln never writes.
     if (meta.flags != 0)
       return Damaged("the main database has flags 0x" + Hex(meta.flags) + " (kiln writes none)");
-    out->page_size = psize_;
-    out->depth = meta.depth;
     if (meta.root == kInvalidPage) {
       if (meta.depth != 0 || meta.entries != 0)
         return Damaged("an empty tree of depth " + std::to_string(meta.depth) + " with " +
                        std::to_string(meta.entries) + " entries");
-      return Status::OK();
-    }
-    if (meta.depth < 1 || meta.depth > kMaxDepth)
+    } else if (meta.depth < 1 || meta.depth > kMaxDepth) {
       return Damaged("a tree depth of " + std::to_string(meta.depth));
+    } else if (meta.root < 2 || meta.root >= pages_) {
+      return Damaged("the root is page " + std::to_string(meta.root) + ", outside pages 2.." +
+                     std::to_string(pages_ - 1));
+    }
+    *out = meta;
+    return Status::OK();
+  }
+
+  Status Run(LmdbFileSummary* out) {
+    Meta meta;
+    KILN_RETURN_IF_ERROR(ReadMeta(&meta));
+    out->page_size = psize_;
+    out->depth = meta.depth;
+    if (meta.root == kInvalidPage) return Status::OK();
     depth_ = meta.depth;
     seen_.assign(pages_, false);
     KILN_RETURN_IF_ERROR(Visit(meta.root, 1, "the root"));
     if (entries_ != meta.entries)
-      return Damaged("the tree holds " + std::to_string(entries_) + " entries, its meta page says " +
-                     std::to_string(meta.entries));
+      return Damaged("the tree holds " + std::to_string(entries_) +
+                     " entries, its meta page says " + std::to_string(meta.entries));
     if (branch_ != meta.branch || leaf_ != meta.leaf || overflow_ != meta.overflow)
       return Damaged("the tree has " + Counts(branch_, leaf_, overflow_) + ", its meta page says " +
                      Counts(meta.branch, meta.leaf, meta.overflow));
@@ -142,10 +153,11 @@ class Walker {
   Status ParseMeta(int i, const uint8_t* p, Meta* m) const {
     const std::string name = "meta page " + std::to_string(i);
     if (!(Load<uint16_t>(p + 10) & kMeta)) return Damaged(name + " is not marked as a meta page");
-    if (Load<uint32_t>(p + kMetaMagic) != kMagic) return Damaged(name + " lacks LMDB's magic number");
+    if (Load<uint32_t>(p + kMetaMagic) != kMagic)
+      return Damaged(name + " lacks LMDB's magic number");
     if (Load<uint32_t>(p + kMetaVersion) != kDataVersion)
-      return Damaged(name + " has data version " + std::to_string(Load<uint32_t>(p + kMetaVersion)) +
-                     " (LMDB 0.9 writes 1)");
+      return Damaged(name + " has data version " +
+                     std::to_string(Load<uint32_t>(p + kMetaVersion)) + " (LMDB 0.9 writes 1)");
     m->page_size = Load<uint32_t>(p + kMetaPageSize);
     if (m->page_size < 512 || m->page_size > 65536 || (m->page_size & (m->page_size - 1)))
       return Damaged(name + " has a page size of " + std::to_string(m->page_size));
@@ -170,7 +182,8 @@ class Walker {
                      (count > 1 ? " (" + std::to_string(count) + " pages)" : "") +
                      ", outside pages 2.." + std::to_string(pages_ - 1));
     for (uint64_t i = pgno; i < pgno + count; ++i) {
-      if (seen_[i]) return Damaged(from + " points to page " + std::to_string(i) + ", reached before");
+      if (seen_[i])
+        return Damaged(from + " points to page " + std::to_string(i) + ", reached before");
       seen_[i] = true;
     }
     return Status::OK();
@@ -179,25 +192,26 @@ class Walker {
   Status Visit(uint64_t pgno, uint32_t level, const std::string& from) {
     KILN_RETURN_IF_ERROR(Claim(pgno, 1, from));
     std::vector<uint8_t> page(psize_);
-    KILN_RETURN_IF_ERROR(ReadAt(pgno * psize_, psize_, page.data(), "page " + std::to_string(pgno)));
+    KILN_RETURN_IF_ERROR(
+        ReadAt(pgno * psize_, psize_, page.data(), "page " + std::to_string(pgno)));
     const uint8_t* p = page.data();
     if (Load<uint64_t>(p) != pgno)
       return DamagedPage(pgno, "its header says page " + std::to_string(Load<uint64_t>(p)));
     const uint16_t type = Load<uint16_t>(p + 10) & kPageTypes;
     const bool leaf = level == depth_;
     if (type != (leaf ? kLeaf : kBranch))
-      return DamagedPage(pgno, "type 0x" + Hex(type) + " at depth " + std::to_string(level) + " of " +
-                                   std::to_string(depth_) + ", not a " +
+      return DamagedPage(pgno, "type 0x" + Hex(type) + " at depth " + std::to_string(level) +
+                                   " of " + std::to_string(depth_) + ", not a " +
                                    (leaf ? "leaf" : "branch") + " page");
     const uint64_t lower = Load<uint16_t>(p + 12), upper = Load<uint16_t>(p + 14);
     if (lower < kPageHeader || lower > upper || upper > psize_ || (lower - kPageHeader) % 2)
-      return DamagedPage(pgno, "free space bounds " + std::to_string(lower) + ".." +
-                                   std::to_string(upper));
+      return DamagedPage(
+          pgno, "free space bounds " + std::to_string(lower) + ".." + std::to_string(upper));
     const uint64_t keys = (lower - kPageHeader) / 2;
     // LMDB asserts that a branch page of the main database has two keys.
     if (keys < (leaf ? 1u : 2u))
-      return DamagedPage(pgno, std::to_string(keys) + " keys on a " + (leaf ? "leaf" : "branch") +
-                                   " page");
+      return DamagedPage(
+          pgno, std::to_string(keys) + " keys on a " + (leaf ? "leaf" : "branch") + " page");
     (leaf ? leaf_ : branch_) += 1;
     for (uint64_t i = 0; i < keys; ++i) {
       const uint64_t at = Load<uint16_t>(p + kPageHeader + 2 * i);
@@ -211,20 +225,19 @@ class Walker {
       const uint64_t ksize = Load<uint16_t>(n + 6);
       const uint64_t key_end = at + kNodeHeader + ksize;
       if (key_end > psize_)
-        return DamagedPage(pgno, node + ": a key of " + std::to_string(ksize) +
-                                     " bytes runs past the page");
+        return DamagedPage(
+            pgno, node + ": a key of " + std::to_string(ksize) + " bytes runs past the page");
       if (!leaf) {  // a branch node's size fields and flags hold the child's page number
         const uint64_t child = lo | hi << 16 | uint64_t{flags} << 32;
-        KILN_RETURN_IF_ERROR(
-            Visit(child, level + 1, "page " + std::to_string(pgno) + " " + node));
+        KILN_RETURN_IF_ERROR(Visit(child, level + 1, "page " + std::to_string(pgno) + " " + node));
         continue;
       }
       ++entries_;
       const uint64_t dsize = lo | hi << 16;
       if (flags == 0) {
         if (key_end + dsize > psize_)
-          return DamagedPage(pgno, node + ": a value of " + std::to_string(dsize) +
-                                       " bytes runs past the page");
+          return DamagedPage(
+              pgno, node + ": a value of " + std::to_string(dsize) + " bytes runs past the page");
         continue;
       }
       if (flags != kBigData)
@@ -237,7 +250,8 @@ class Walker {
       const std::string from = "page " + std::to_string(pgno) + " " + node + "'s value";
       KILN_RETURN_IF_ERROR(Claim(first, count, from));
       uint8_t head[kPageHeader];
-      KILN_RETURN_IF_ERROR(ReadAt(first * psize_, kPageHeader, head, "page " + std::to_string(first)));
+      KILN_RETURN_IF_ERROR(
+          ReadAt(first * psize_, kPageHeader, head, "page " + std::to_string(first)));
       if (Load<uint64_t>(head) != first || (Load<uint16_t>(head + 10) & kPageTypes) != kOverflow ||
           Load<uint32_t>(head + 12) < count)
         return DamagedPage(first, "not the overflow page of " + std::to_string(count) +
@@ -265,6 +279,16 @@ Status CheckLmdbFile(const std::string& path, uint64_t file_bytes, LmdbFileSumma
   if (fd < 0) return Status::IOError(path + ": cannot open: " + std::strerror(errno));
   Walker walker(path, fd, file_bytes);
   Status s = walker.Run(out);
+  close(fd);
+  return s;
+}
+
+Status CheckLmdbMeta(const std::string& path, uint64_t file_bytes) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::IOError(path + ": cannot open: " + std::strerror(errno));
+  Walker walker(path, fd, file_bytes);
+  Meta meta;
+  Status s = walker.ReadMeta(&meta);
   close(fd);
   return s;
 }

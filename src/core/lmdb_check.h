@@ -42,6 +42,11 @@ struct LmdbFileSummary {
 // it cannot be read.
 Status CheckLmdbFile(const std::string& path, uint64_t file_bytes, LmdbFileSummary* out);
 
+// The part of CheckLmdbFile that reads only the two meta pages (the tree's
+// root, depth, flags and last page): two small reads, cheap enough for
+// every CacheReader::Open. Damage inside the tree is left to CheckLmdbFile.
+Status CheckLmdbMeta(const std::string& path, uint64_t file_bytes);
+
 }  // namespace kiln
 
 #endif  // KILN_SRC_CORE_LMDB_CHECK_H_

@@ -1,13 +1,15 @@
 // CheckLmdbFile and kiln verify on shards whose LMDB pages are damaged: the
 // damage is reported naming the shard, and LMDB never gets to crash the
 // process on it.
+#include "core/lmdb_check.h"
+
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <filesystem>
 #include <functional>
 #include <random>
 
-#include "core/lmdb_check.h"
+#include "kiln/cache_reader.h"
 #include "kiln/verify.h"
 #include "test_util.h"
 
@@ -169,7 +171,8 @@ TEST_CASE("kiln verify names damaged LMDB pages instead of crashing in LMDB", "[
   for (int trial = 0; trial < 300; ++trial) {
     std::string bytes = good;
     const int flips = 1 + static_cast<int>(rng() % 4);
-    for (int f = 0; f < flips; ++f) bytes[(rng() % pages) * kPage + rng() % 64] = static_cast<char>(rng());
+    for (int f = 0; f < flips; ++f)
+      bytes[(rng() % pages) * kPage + rng() % 64] = static_cast<char>(rng());
     WriteFile(dir / "good/shard-00000.mdb", bytes);
     const std::string problems = Verify(dir / "good");
     if (problems.empty()) ++clean;
@@ -178,4 +181,42 @@ TEST_CASE("kiln verify names damaged LMDB pages instead of crashing in LMDB", "[
   INFO(structure << " structure reports, " << clean << " clean of 300");
   CHECK(structure > 0);
   CHECK(clean < 300);
+}
+
+TEST_CASE("opening a cache refuses a shard whose LMDB meta pages are damaged", "[core]") {
+  TempDir dir;
+  WriteTestCache(dir / "c", 40, DType::kUint8, MakeShape({1, 28, 28}));
+  const std::string shard = dir / "c/shard-00000.mdb", good = ReadFile(shard);
+  const Tree t = ReadTree(good);
+  struct Case {
+    std::string name;
+    std::function<void(std::string*)> damage;
+    std::string expect;
+  };
+  const std::vector<Case> cases = {
+      {"the last page past the end",
+       [&](std::string* b) { Put<uint64_t>(b, t.meta * kPage + 16 + 120, 1u << 20); },
+       "last page 1048576"},
+      {"the root on a meta page",
+       [&](std::string* b) { Put<uint64_t>(b, t.meta * kPage + 16 + 112, 1); },
+       "the root is page 1"},
+      {"the newest transaction on the wrong meta page",
+       [&](std::string* b) { Put<uint64_t>(b, (1 - t.meta) * kPage + 16 + 128, 1000 + t.meta); },
+       "which LMDB writes to meta page"},
+      {"no magic number", [&](std::string* b) { (*b)[16] ^= 1; }, "meta page 0 lacks"},
+  };
+  for (const auto& c : cases) {
+    std::string bytes = good;
+    c.damage(&bytes);
+    WriteFile(shard, bytes);
+    std::unique_ptr<CacheReader> r;
+    Status s = CacheReader::Open(dir / "c", ReaderOptions(), &r);
+    INFO(c.name << ": " << s.ToString());
+    CHECK(s.IsCorruption());
+    CHECK_THAT(s.message(), Catch::Contains(shard) && Catch::Contains("LMDB structure damaged") &&
+                                Catch::Contains(c.expect) && Catch::Contains("kiln build --force"));
+  }
+  WriteFile(shard, good);
+  std::unique_ptr<CacheReader> r;
+  CHECK(CacheReader::Open(dir / "c", ReaderOptions(), &r).ok());
 }

@@ -404,6 +404,14 @@ def check_verify(tmp):
     open(shard, "wb").write(bad)
     r = kiln.verify(path, level="quick")
     assert not r["clean"] and "LMDB structure damaged: page 2" in r["problems"][0]["what"], r
+    bad = bytearray(good)
+    bad[16:20] = b"\0\0\0\0"  # meta page 0's magic number
+    open(shard, "wb").write(bad)
+    try:
+        kiln.Cache(path)
+        raise AssertionError("a shard with a damaged meta page was opened")
+    except kiln.CorruptionError as e:
+        assert "shard-00000.mdb: LMDB structure damaged: meta page 0" in str(e), e
     open(shard, "wb").write(good)
     assert kiln.verify(path)["clean"]
     for call, error in ((lambda: kiln.verify(os.path.join(tmp, "absent")), FileNotFoundError),
