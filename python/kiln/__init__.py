@@ -354,6 +354,18 @@ class Loader:
         """See kiln.normalize: the cache's mean/std applied to a uint8 `x`."""
         return normalize(x, self.cache)
 
+    def stats(self, reset=False):
+        """How long this loop waited for data: ``{"batches": n,
+        "wait_seconds": s, "wait_ms_per_batch": 1000 s / n}`` over the batches
+        taken since the loader was made (or the last ``stats(reset=True)``).
+        The wait is the time ``next()`` spent until the workers had the batch
+        ready - kiln train's data-wait figure. Compare it with your step
+        time: near zero, the loader keeps up; a large share, add ``workers``
+        or ``slots``."""
+        n, wait = self._native.stats(bool(reset))
+        return {"batches": n, "wait_seconds": wait,
+                "wait_ms_per_batch": 1000.0 * wait / n if n else 0.0}
+
     def epoch_order(self, epoch):
         """This rank's sample indices of `epoch`, in the order they are loaded."""
         return self._native.epoch_order(int(epoch))

@@ -26,6 +26,7 @@
 #include <pybind11/stl.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
@@ -204,10 +205,13 @@ class PyLoader {
     Status s;
     {
       py::gil_scoped_release unlocked;
+      const auto t0 = std::chrono::steady_clock::now();
       s = loader_->Next(&b);
+      wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
     if (s.IsNotFound()) return py::none();
     Check(s);
+    ++batches_;
     held_ = b.slot;
     return py::make_tuple(b.slot, b.size, b.epoch, b.index);
   }
@@ -225,12 +229,26 @@ class PyLoader {
 
   const Loader& loader() const { return *loader_; }
 
+  // Batches handed out and seconds spent waiting for them in next(), since
+  // the loader was made or the last reset: the data-stall figure of kiln
+  // train's report, for a Python loop.
+  py::tuple Stats(bool reset) {
+    py::tuple t = py::make_tuple(batches_, wait_seconds_);
+    if (reset) {
+      batches_ = 0;
+      wait_seconds_ = 0;
+    }
+    return t;
+  }
+
  private:
   pid_t pid_;
   std::shared_ptr<PyCache> cache_;
   py::object keepalive_;  // owns the slot memory; outlives loader_
   std::unique_ptr<Loader> loader_;
   int held_ = -1;
+  uint64_t batches_ = 0;
+  double wait_seconds_ = 0;
 };
 
 }  // namespace
@@ -304,6 +322,7 @@ PYBIND11_MODULE(_kiln, m) {
       .def("next", &PyLoader::Next)
       .def("release", &PyLoader::ReleaseHeld)
       .def("position", &PyLoader::Position)
+      .def("stats", &PyLoader::Stats, py::arg("reset") = false)
       .def_property_readonly("sample_shape",
                              [](const PyLoader& l) { return ShapeTuple(l.loader().sample_shape()); })
       .def_property_readonly("sample_bytes", [](const PyLoader& l) { return l.loader().sample_bytes(); })

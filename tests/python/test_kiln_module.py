@@ -423,6 +423,21 @@ def check_verify(tmp):
             pass
 
 
+def check_stats(tmp):
+    """stats() counts the batches taken and the time next() waited for them."""
+    path = synth(tmp, "f16", "float16")
+    loader = kiln.Loader(path, batch_size=8, workers=1, slots=1)
+    assert loader.stats() == {"batches": 0, "wait_seconds": 0.0, "wait_ms_per_batch": 0.0}
+    n = sum(1 for _ in loader)
+    st = loader.stats(reset=True)
+    # One slot: each next() hands it back and waits while the worker refills it.
+    assert n == len(loader) and st["batches"] == n and st["wait_seconds"] > 0, st
+    assert st["wait_ms_per_batch"] == 1000.0 * st["wait_seconds"] / n
+    assert loader.stats()["batches"] == 0
+    next(iter(loader))
+    assert loader.stats()["batches"] == 1
+
+
 def check_normalize(tmp):
     """normalize() of a uint8 batch applies the manifest's mean/std; float caches pass."""
     path = synth(tmp, "u8", "uint8")
