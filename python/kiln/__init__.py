@@ -178,6 +178,9 @@ def verify(path, level="full", threads=0):
     return json.loads(_kiln.verify(os.fspath(path), str(level), int(threads)))
 
 
+_verify_cache = verify  # for Loader, whose own `verify` argument hides the name
+
+
 def normalize(x, cache):
     """``(x / 255 - mean[c]) / std[c]`` as float32 on x's device, with the mean
     and std in `cache`'s manifest (a Cache or a Loader). `x` is a uint8 torch
@@ -238,7 +241,10 @@ class Loader:
     `pin_memory` (the ring in page-locked memory, so that
     ``x.cuda(non_blocking=True)`` is an asynchronous copy; needs torch with
     CUDA, and warns and falls back to ordinary memory without); `verify`
-    (check every record's checksum too, slower; headers are always checked);
+    (check every record's checksum too, slower, and first run
+    ``kiln.verify(path, "quick")``, which proves each shard's LMDB pages
+    before anything reads them - without it, headers are always checked,
+    but a shard whose LMDB pages are damaged can crash the process);
     `slots` (ring size, default workers + 2).
 
     Iterating yields ``(x, y)``: x a tensor (batch, C, H, W) of the cache's
@@ -274,6 +280,14 @@ class Loader:
                  copy=False, pin_memory=False, random_crop=None, verify=False, slots=None):
         self.cache = path if isinstance(path, Cache) else Cache(path)
         cache = self.cache
+        if verify:
+            report = _verify_cache(cache.path, "quick")
+            if not report["clean"]:
+                p = report["problems"][0]
+                raise CorruptionError("kiln.Loader(verify=True): %s: %s: %s (%d problem(s) in all; "
+                                      "kiln verify %s lists them)"
+                                      % (cache.path, p["shard"], p["what"],
+                                         len(report["problems"]), cache.path))
         cache._reader()  # this process's handles
         if rank is None:
             rank = _env_int("RANK", 0)

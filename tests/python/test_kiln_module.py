@@ -404,6 +404,11 @@ def check_verify(tmp):
     open(shard, "wb").write(bad)
     r = kiln.verify(path, level="quick")
     assert not r["clean"] and "LMDB structure damaged: page 2" in r["problems"][0]["what"], r
+    try:  # a Loader asked to verify proves the structure before its workers read
+        kiln.Loader(path, batch_size=8, verify=True)
+        raise AssertionError("Loader(verify=True) took a shard with damaged LMDB pages")
+    except kiln.CorruptionError as e:
+        assert "shard-00000.mdb" in str(e) and "LMDB structure damaged: page 2" in str(e), e
     bad = bytearray(good)
     bad[16:20] = b"\0\0\0\0"  # meta page 0's magic number
     open(shard, "wb").write(bad)
@@ -414,6 +419,7 @@ def check_verify(tmp):
         assert "shard-00000.mdb: LMDB structure damaged: meta page 0" in str(e), e
     open(shard, "wb").write(good)
     assert kiln.verify(path)["clean"]
+    assert next(iter(kiln.Loader(path, batch_size=8, verify=True)))[0].shape[0] == 8
     for call, error in ((lambda: kiln.verify(os.path.join(tmp, "absent")), FileNotFoundError),
                         (lambda: kiln.verify(path, level="deep"), ValueError)):
         try:
