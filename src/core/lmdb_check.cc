@@ -271,26 +271,27 @@ class Walker {
   std::vector<bool> seen_;
 };
 
-}  // namespace
-
-Status CheckLmdbFile(const std::string& path, uint64_t file_bytes, LmdbFileSummary* out) {
-  *out = LmdbFileSummary();
+// Runs `walk` on a Walker over the open file `path`.
+template <typename Fn>
+Status WithWalker(const std::string& path, uint64_t file_bytes, Fn walk) {
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Status::IOError(path + ": cannot open: " + std::strerror(errno));
   Walker walker(path, fd, file_bytes);
-  Status s = walker.Run(out);
+  Status s = walk(walker);
   close(fd);
   return s;
 }
 
+}  // namespace
+
+Status CheckLmdbFile(const std::string& path, uint64_t file_bytes, LmdbFileSummary* out) {
+  *out = LmdbFileSummary();
+  return WithWalker(path, file_bytes, [out](Walker& w) { return w.Run(out); });
+}
+
 Status CheckLmdbMeta(const std::string& path, uint64_t file_bytes) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Status::IOError(path + ": cannot open: " + std::strerror(errno));
-  Walker walker(path, fd, file_bytes);
   Meta meta;
-  Status s = walker.ReadMeta(&meta);
-  close(fd);
-  return s;
+  return WithWalker(path, file_bytes, [&meta](Walker& w) { return w.ReadMeta(&meta); });
 }
 
 }  // namespace kiln

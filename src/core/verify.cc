@@ -152,11 +152,10 @@ class Verifier {
       Problem(Kind::kShardFile, -1, info.file, s.message());
       return;
     }
-    // Reserved for the records the shard holds, not for the manifest's
-    // count, which may claim 2^40 of them.
-    uint64_t entries = 0;
+    // Reserved for the records the shard holds (the structure walk counted
+    // them), not for the manifest's count, which may claim 2^40 of them.
     std::vector<Slot> slots;
-    if (env.Entries(&entries).ok()) slots.reserve(std::min(entries, info.count));
+    slots.reserve(std::min(structure.entries, info.count));
     uint64_t expect = info.first;
     const uint64_t end = info.first + info.count;
     uint64_t found = 0;

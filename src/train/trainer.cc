@@ -300,8 +300,8 @@ Status Trainer::Run(TrainResult* result) {
     if (device_.is_cuda()) torch::cuda::synchronize();
     EpochStats es;
     es.epoch = static_cast<int>(epoch + 1);
-    es.seconds = seconds_before + Seconds(t_epoch);
     const double run_seconds = Seconds(t_epoch), run_wait = loader->TakeWaitSeconds();
+    es.seconds = seconds_before + run_seconds;
     es.data_wait_seconds = wait_epoch + run_wait;
     if (o_.profile) {
       es.forward_seconds = phases_.forward;
