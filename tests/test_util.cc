@@ -2,9 +2,11 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <sys/socket.h>
+#include <sys/statfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -119,6 +121,11 @@ int RunCommand(const std::string& cmd, std::string* output) {
   while ((n = fread(buf, 1, sizeof(buf), f)) > 0) output->append(buf, n);
   int st = pclose(f);
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+bool OnTmpfs(const std::string& path) {
+  struct statfs st;
+  return statfs(path.c_str(), &st) == 0 && st.f_type == TMPFS_MAGIC;
 }
 
 std::string ReadFile(const std::string& path) {

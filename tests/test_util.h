@@ -44,6 +44,10 @@ int WaitExit(int pid);
 // A TCP port of 127.0.0.1 that is free at the moment of the call.
 std::string FreeLocalPort();
 
+// True when `path` lies on tmpfs, whose pages are the files themselves:
+// they cannot be dropped from the page cache, so no cache there is cold.
+bool OnTmpfs(const std::string& path);
+
 std::string ReadFile(const std::string& path);
 void WriteFile(const std::string& path, const std::string& content);
 

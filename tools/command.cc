@@ -62,8 +62,15 @@ void AddBenchOptions(CLI::App* sub, BenchArgs* a) {
   sub->add_option("--device", a->device,
                   "cpu (default), or cuda / cuda:N: the tensor loader onto the GPU, with the "
                   "pinned host-to-device floor (runs kiln-train)");
-  AddExamples(sub, {"kiln bench OUT/train --batch 256 --workers 2", "kiln bench OUT/train "
-                                                                        "--device cuda"});
+  sub->add_flag("--cold", a->cold,
+                "drop the cache from the page cache before each epoch (no root needed) and "
+                "compare with the disk's floors measured in the same run: a sequential read of "
+                "the shards and record-sized random reads at 1, 2, 8 and 32 threads");
+  sub->add_option("--readahead", a->readahead,
+                  "the loader's read-ahead: auto (default: 256 MB, or a quarter of the memory "
+                  "available when less), 0 (off), or a size such as 64M");
+  AddExamples(sub, {"kiln bench OUT/train --batch 256 --workers 2", "kiln bench OUT/train --cold",
+                    "kiln bench OUT/train --device cuda"});
 }
 
 int ReportError(const std::string& cmd, const Status& s) {

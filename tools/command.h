@@ -79,6 +79,8 @@ struct BenchArgs {
   int workers = 2;
   int epochs = 3;
   std::string device = "cpu";
+  bool cold = false;              // evict the cache before each epoch; disk floors
+  std::string readahead = "auto"; // the loader's read-ahead budget: auto, 0 (off) or a size
 };
 void AddBenchOptions(CLI::App* sub, BenchArgs* a);
 

@@ -57,6 +57,14 @@ class ReadTxn {
   // the shard and index otherwise. `out` is valid until Reset().
   Status Get(uint64_t index, RecordView* out, bool verify_checksum = false);
 
+  // Where record `index`'s stored value (header and payload) lies in its
+  // shard's memory map, without reading a byte of it and without any
+  // check: for read-ahead, which asks the disk for those bytes before they
+  // are read (only the LMDB tree pages leading to it are touched). The
+  // pointer is valid until Reset(). Returns what Get returns for a
+  // missing record.
+  Status Locate(uint64_t index, const uint8_t** value, uint64_t* size);
+
   // Releases the snapshots (invalidating every view) but keeps the handles
   // for cheap reuse by the next Get.
   void Reset();
@@ -86,6 +94,16 @@ class CacheReader {
 
   // A new transaction for the calling thread.
   std::unique_ptr<ReadTxn> BeginRead() const;
+
+  // Shard `i` as this process maps it (read-only, shared with any other
+  // reader of the file in the process): for page-cache residency checks,
+  // read-ahead and eviction. The map may extend past the file's end.
+  struct Mapping {
+    std::string path;
+    const uint8_t* base = nullptr;
+    uint64_t file_bytes = 0;  // the shard's size
+  };
+  Mapping mapping(int i) const;
 
  private:
   // One open shard (internal, cache_reader.cc); ReadTxn reads through it.

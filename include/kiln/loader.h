@@ -6,8 +6,9 @@
 // copy); labels go into the slot's label array. Nothing is allocated per
 // sample, and the dataset is never copied into anonymous memory.
 //
-// Order: per epoch a seeded permutation (the same on every machine and for
-// every worker count) or sequential order; rank r of W takes every W-th
+// Order: per epoch a seeded permutation - kiln's one shuffle
+// (kiln/shuffle.h), seeded from `seed` and the epoch: the same on every
+// machine and for every worker count - or sequential order; rank r of W takes every W-th
 // index of the (wrap-around padded) permutation as PyTorch's
 // DistributedSampler does, so every rank gets the same number of batches.
 //
@@ -15,6 +16,19 @@
 // says the epoch ended. A slot returned by Next() is not refilled until it
 // is released. Batch b always lands in slot b % slots.size(), so at most
 // slots.size() batches can be held at once.
+//
+// Read-ahead: a cache that is not in the page cache (the first epoch after a
+// copy, a cache larger than memory) would be read a page at a time, as the
+// workers fault on each record. A read-ahead thread walks the epoch's order
+// ahead of the workers and asks the kernel for each upcoming record's bytes
+// (madvise WILLNEED: the disk reads them while the workers copy others),
+// keeping at most `readahead_bytes` requested but not yet copied. An epoch
+// whose records are already in memory (judged from a sample at its start)
+// skips it.
+//
+// A shard truncated or overwritten while the loader reads it fails the
+// batch with Corruption naming the shard, instead of a SIGBUS or an LMDB
+// assertion (core/fault_guard.h).
 //
 // Errors: a batch with a record that fails to load ends the epoch's stream:
 // Next() returns that error (again on every call), its slot is not held,
@@ -34,6 +48,10 @@
 
 namespace kiln {
 
+// LoaderOptions::readahead_bytes: min(256 MiB, a quarter of the memory
+// available to the process).
+inline constexpr uint64_t kAutoReadAhead = ~uint64_t{0};
+
 struct LoaderOptions {
   uint64_t batch_size = 256;  // samples per batch
   int workers = 2;            // filling threads
@@ -46,6 +64,9 @@ struct LoaderOptions {
   bool random_crop = false;   // true: seeded random crop per sample; false: center crop
   bool random_flip = false;   // seeded horizontal flip with probability 1/2
   bool verify_checksums = false;  // recompute each record's checksum while loading
+  // Bytes of upcoming records requested from the disk but not yet copied,
+  // at most; 0 = no read-ahead.
+  uint64_t readahead_bytes = kAutoReadAhead;
 };
 
 // Caller-owned memory for one batch: `data` holds batch_size x
@@ -68,6 +89,11 @@ struct LoaderPosition {
   uint64_t batch = 0;
 };
 
+// The shape of one output sample for `o` on a cache with manifest `m` (the
+// record shape, its H and W cropped): what a caller allocates slots for
+// before Open. InvalidArgument for a crop or flip the records cannot take.
+Status LoaderOutputShape(const Manifest& m, const LoaderOptions& o, Shape* out);
+
 class Loader {
  public:
   // REQUIRES: `reader` outlives the loader; slots non-empty, each sized as
@@ -83,6 +109,8 @@ class Loader {
   // Samples this rank sees per epoch and batches per epoch.
   uint64_t samples_per_epoch() const;
   uint64_t batches_per_epoch() const;
+  // The read-ahead budget in bytes (readahead_bytes resolved; 0 = off).
+  uint64_t readahead_bytes() const;
 
   // Begins epoch `epoch` at batch `start_batch` (to resume mid-epoch).
   // REQUIRES: every slot handed out earlier has been released.

@@ -55,6 +55,20 @@ struct Manifest {
   int ShardFor(uint64_t index) const;
 };
 
+// Whether a record's header agrees with its manifest: the dtype and shape
+// every record has, a label within the classes (when there are classes).
+// Returns Corruption "record N: ..." saying what differs.
+Status CheckRecordAgainstManifest(const Manifest& m, uint64_t index, const RecordHeader& h);
+
+// What a reader does to a record's values to make a model's inputs. A
+// uint8 cache stores pixels x: the input is (x / 255 - mean[c]) / std[c]
+// for channel c, with the manifest's mean and std (*mean, *std get them).
+// A float cache's values are inputs already: both stay empty. Returns
+// Corruption naming DIR's manifest when a uint8 cache lacks a mean and a
+// positive std for each of its channels (C of a CHW record, else 1).
+Status InputNormalization(const Manifest& m, const std::string& dir, std::vector<double>* mean,
+                          std::vector<double>* std);
+
 // Serializes to pretty-printed JSON text.
 std::string ManifestToJson(const Manifest& m);
 // Parses and checks structure: format version, dtype, shape, shards

@@ -20,6 +20,7 @@ This package wraps the compiled extension ``kiln._kiln`` (built by kiln's
 CMake, or by ``pip install ./python``). Where no compiler is at hand,
 ``tools/kiln_torch.py`` reads the same caches in pure Python (slower).
 """
+import collections
 import json
 import os
 import warnings
@@ -102,6 +103,11 @@ class Cache:
     classes = property(lambda self: list(self._native.classes))
     preprocessing = property(lambda self: dict(self._preprocessing))
     manifest = property(lambda self: json.loads(json.dumps(self._manifest)))
+    #: None for a cache whose records are normalized already (float16,
+    #: float32); for a uint8 cache, (mean, std) per channel from its
+    #: manifest, as kiln's C++ reader checks them (CorruptionError when they
+    #: are missing or do not fit the channels).
+    normalization = property(lambda self: self._native.normalization)
 
     @property
     def torch_dtype(self):
@@ -126,32 +132,13 @@ class Cache:
                                                "x".join(map(str, self.shape)), self.dtype)
 
 
-_ESCAPES = {"\\": b"\\", "t": b"\t", "n": b"\n", "r": b"\r"}
-
-
 def raw_name(text):
     r"""The file or class name, as bytes, that kiln wrote escaped into
     sources.tsv, rejects.tsv, duplicates.tsv or the manifest (docs/format.md,
-    "Names"): ``\\``, ``\t``, ``\n``, ``\r`` and ``\xNN`` undone. Ordinary
-    names come back as their UTF-8 bytes; ``os.fsdecode`` makes a str of them."""
-    out, i = bytearray(), 0
-    while i < len(text):
-        c = text[i]
-        if c != "\\":
-            out += c.encode("utf-8")
-            i += 1
-            continue
-        nxt = text[i + 1:i + 2]
-        if nxt in _ESCAPES:
-            out += _ESCAPES[nxt]
-            i += 2
-        elif nxt == "x" and len(text[i + 2:i + 4]) == 2:
-            out.append(int(text[i + 2:i + 4], 16))
-            i += 4
-        else:
-            raise ValueError("%r: bad escape at %d (kiln writes \\\\, \\t, \\n, \\r, \\xNN)"
-                             % (text, i))
-    return bytes(out)
+    "Names"): ``\\``, ``\t``, ``\n``, ``\r`` and ``\xNN`` undone by kiln's own
+    C++ rule. Ordinary names come back as their UTF-8 bytes; ``os.fsdecode``
+    makes a str of them. Text kiln cannot have written raises ValueError."""
+    return _kiln.unescape_name(text)
 
 
 def native_bf16():
@@ -181,42 +168,56 @@ def verify(path, level="full", threads=0):
 _verify_cache = verify  # for Loader, whose own `verify` argument hides the name
 
 
+def _norm_tensors(cache, device, view):
+    """(scale, shift) tensors on `device` with which ``x * scale - shift`` is
+    ``(x / 255 - mean) / std`` for a uint8 cache (the mean and std are the
+    manifest's, checked by kiln's C++ reader: kiln.Cache.normalization), or
+    None for a cache whose records are normalized already."""
+    key = (str(device), view)
+    if key not in cache._norm:
+        norm = cache.normalization
+        if norm is None:
+            cache._norm[key] = None
+        else:
+            mean, std = norm
+            scale = torch.tensor([1.0 / (255.0 * s) for s in std], device=device).view(view)
+            shift = torch.tensor([m / s for m, s in zip(mean, std)], device=device).view(view)
+            cache._norm[key] = (scale, shift)
+    return cache._norm[key]
+
+
 def normalize(x, cache):
     """``(x / 255 - mean[c]) / std[c]`` as float32 on x's device, with the mean
     and std in `cache`'s manifest (a Cache or a Loader). `x` is a uint8 torch
     tensor (C,H,W) or batch (N,C,H,W). Tensors of a cache whose payload is
-    already normalized (float16/float32 caches) are returned unchanged."""
+    already normalized (float16/float32 caches) are returned unchanged. A
+    uint8 cache without a mean and std for each channel raises
+    CorruptionError, as kiln train refuses it."""
     if isinstance(cache, Loader):
         cache = cache.cache
-    pre = cache._preprocessing
-    if pre.get("normalized", cache.dtype != "uint8"):
-        return x
-    shape = cache.shape
-    channels = shape[0] if len(shape) == 3 else 1
-    mean = [float(v) for v in pre.get("mean", [0.0] * channels)]
-    std = [float(v) for v in pre.get("std", [1.0] * channels)]
-    if len(mean) != channels or len(std) != channels or not all(s > 0 for s in std):
-        raise ValueError("%s: mean/std %r/%r do not fit %d channels"
-                         % (os.path.join(cache.path, "manifest.json"), mean, std, channels))
-    key = (x.device, channels)
-    norm = cache._norm.get(key)
+    view = (-1, 1, 1) if len(cache.shape) == 3 else (1,)
+    norm = _norm_tensors(cache, x.device, view)
     if norm is None:
-        view = (channels, 1, 1) if len(shape) == 3 else (1,)
-        scale = torch.tensor([1.0 / (255.0 * s) for s in std], device=x.device).view(view)
-        shift = torch.tensor([m / s for m, s in zip(mean, std)], device=x.device).view(view)
-        norm = cache._norm[key] = (scale, shift)
+        return x
     return x.to(torch.float32).mul_(norm[0]).sub_(norm[1])
 
 
-def _env_int(name, default):
-    value = os.environ.get(name)
-    if value is None or value == "":
-        return default
-    try:
-        return int(value)
-    except ValueError:
-        raise ValueError("kiln.Loader: the environment variable %s=%r is not an integer"
-                         % (name, value)) from None
+def _readahead_bytes(value):
+    if value == "auto":
+        return _kiln.AUTO_READAHEAD
+    n = int(value)
+    if n < 0:
+        raise ValueError("kiln.Loader: readahead must be 'auto', 0 or a number of bytes, not %r"
+                         % (value,))
+    return n
+
+
+def _record_cuda_event():
+    """A fence for a pinned slot the caller may be copying: an event on the
+    current CUDA stream (after the copy the caller queued there)."""
+    event = torch.cuda.Event()
+    event.record()
+    return event
 
 
 # Settings that decide which samples a batch holds: a state_dict is
@@ -232,35 +233,55 @@ class Loader:
     `shuffle` (a seeded permutation per epoch, the same on every machine;
     False: record order); `seed`; `rank`, `world_size` (rank r of W takes
     every W-th sample, as DistributedSampler; default: torchrun's RANK and
-    WORLD_SIZE, else 0 and 1); `drop_last` (drop the short last batch and,
-    with several ranks, the tail that does not divide); `workers` (C++
-    threads); `crop` (output H = W = crop from CHW records; a seeded random
-    window when `random_crop`, which defaults to `shuffle`, else the center
-    as torchvision's CenterCrop); `flip` (seeded horizontal flip, p = 1/2);
-    `epoch`, `start_batch` (where the first iteration begins); `copy`;
-    `pin_memory` (the ring in page-locked memory, so that
+    WORLD_SIZE, read by kiln's C++ rule, else 0 and 1); `drop_last` (default
+    False, as PyTorch's DataLoader: the short last batch is yielded; True
+    drops it and, with several ranks, the tail that does not divide);
+    `workers` (C++ threads); `crop` (output H = W = crop from CHW records; a
+    seeded random window when `random_crop`, which defaults to `shuffle`,
+    else the center as torchvision's CenterCrop); `flip` (seeded horizontal
+    flip, p = 1/2); `epoch`, `start_batch` (where the first iteration
+    begins); `copy`; `pin_memory` (the ring in page-locked memory, so that
     ``x.cuda(non_blocking=True)`` is an asynchronous copy; needs torch with
-    CUDA, and warns and falls back to ordinary memory without); `verify`
-    (check every record's checksum too, slower, and first run
-    ``kiln.verify(path, "quick")``, which proves each shard's LMDB pages
-    before anything reads them - without it, headers are always checked,
-    but a shard whose LMDB pages are damaged can crash the process);
-    `slots` (ring size, default workers + 2).
+    CUDA, and warns and falls back to ordinary memory without); `device`
+    (the loader copies each batch there itself, see below); `dtype`,
+    `channels_last` (with `device`); `verify` (check every record's
+    checksum too, slower, and first run ``kiln.verify(path, "quick")``,
+    which proves each shard's LMDB pages before anything reads them -
+    without it, headers are always checked and the tree is checked at
+    open, but a shard changed while it is read fails a batch); `slots`
+    (ring size, default workers + 2, + 2 more with pin_memory or a CUDA
+    device); `readahead` ("auto": up to 256 MB of upcoming records asked
+    of the disk ahead of the workers when the cache is not in memory, less
+    when memory is short; 0: off; or bytes).
 
     Iterating yields ``(x, y)``: x a tensor (batch, C, H, W) of the cache's
     dtype, y int64 labels (numpy arrays when torch is missing). Each full
     pass is one epoch; the next pass is the next epoch (``set_epoch`` sets
     it). An iteration left early is continued by the next ``iter()``.
 
-    Lifetime (copy=False, the default): x and y are views of one slot of
-    the loader's ring - no copy is made. The slot belongs to you until you
-    take the next batch from this loader (through any iterator of it), or
-    its epoch ends, or a new iteration starts (``iter()``, ``set_epoch``,
-    ``load_state_dict``); then the workers refill it and x, y change under
-    you. Dropping the iterator alone does not hand it back, so ``x, y =
-    next(iter(loader))`` stays valid. Keep a batch past that with
-    ``x.clone()``, or pass copy=True to get fresh tensors (the slot is then
-    handed back at once).
+    device: with ``device="cuda"`` (any torch device) batches come out as
+    tensors on that device. On CUDA the loader copies each batch from its
+    pinned ring on a side stream, two batches ahead; your current stream
+    waits for exactly its batch, and a host slot goes back to the workers
+    only when the copy that read it has finished. With `dtype`
+    (torch.float32, torch.float16 or torch.bfloat16) a uint8 cache is
+    normalized there with the manifest's mean and std, a float cache cast;
+    without it x keeps the cache's dtype. ``channels_last=True`` gives NHWC
+    strides. ``device="cpu"`` does the same conversions on the CPU.
+
+    Lifetime (host batches, copy=False, the default): x and y are views of
+    one slot of the loader's ring - no copy is made. The slot belongs to
+    you until you take the next batch from this loader (through any
+    iterator of it), or its epoch ends, or a new iteration starts
+    (``iter()``, ``set_epoch``, ``load_state_dict``); then the workers
+    refill it and x, y change under you. Dropping the iterator alone does
+    not hand it back, so ``x, y = next(iter(loader))`` stays valid. Keep a
+    batch past that with ``x.clone()``, or pass copy=True to get fresh
+    tensors (the slot is then handed back at once). With pin_memory=True,
+    ``x.cuda(non_blocking=True)`` on the current stream is safe: when you
+    take the next batch, the loader records an event on the current stream
+    and does not refill the slot before that event has passed (so the copy
+    has read it).
 
     Errors: a record that fails to load raises CorruptionError (naming the
     shard and record) in place of its batch, and again on every retry; no
@@ -276,8 +297,9 @@ class Loader:
     """
 
     def __init__(self, path, batch_size, shuffle=True, seed=0, rank=None, world_size=None,
-                 drop_last=True, workers=2, crop=None, flip=False, epoch=0, start_batch=0,
-                 copy=False, pin_memory=False, random_crop=None, verify=False, slots=None):
+                 drop_last=False, workers=2, crop=None, flip=False, epoch=0, start_batch=0,
+                 copy=False, pin_memory=False, random_crop=None, verify=False, slots=None,
+                 device=None, dtype=None, channels_last=False, readahead="auto"):
         self.cache = path if isinstance(path, Cache) else Cache(path)
         cache = self.cache
         if verify:
@@ -289,29 +311,35 @@ class Loader:
                                       % (cache.path, p["shard"], p["what"],
                                          len(report["problems"]), cache.path))
         cache._reader()  # this process's handles
-        if rank is None:
-            rank = _env_int("RANK", 0)
-        if world_size is None:
-            world_size = _env_int("WORLD_SIZE", 1)
+        env_rank, env_world, _, _ = _kiln.launch_environment()
         if crop is not None and int(crop) <= 0:
             raise ValueError("kiln.Loader: crop must be a positive size or None, not %r" % (crop,))
         if random_crop is None:
             random_crop = bool(shuffle)
+        self._device = self._resolve_device(device, dtype, channels_last)
+        self._dtype, self._channels_last = dtype, bool(channels_last)
         o = _kiln.LoaderOptions()
         o.batch_size = int(batch_size)
         o.workers = int(workers)
         o.shuffle = bool(shuffle)
         o.seed = int(seed)
-        o.rank = int(rank)
-        o.world_size = int(world_size)
+        o.rank = int(env_rank if rank is None else rank)
+        o.world_size = int(env_world if world_size is None else world_size)
         o.drop_last = bool(drop_last)
         o.crop = int(crop) if crop else 0
         o.random_crop = bool(random_crop) and bool(crop)
         o.random_flip = bool(flip)
         o.verify_checksums = bool(verify)
+        o.readahead_bytes = _readahead_bytes(readahead)
         if o.batch_size <= 0:
             raise ValueError("kiln.Loader: batch_size must be > 0, not %r" % (batch_size,))
-        nslots = int(slots) if slots is not None else o.workers + 2
+        pin = bool(pin_memory) or (self._device is not None and self._device.type == "cuda")
+        if pin and (torch is None or not torch.cuda.is_available()):
+            warnings.warn("kiln.Loader: pin_memory=True, but torch with CUDA is not available: "
+                          "the ring stays in ordinary memory", stacklevel=2)
+            pin = False
+        self.pin_memory = pin
+        nslots = int(slots) if slots is not None else o.workers + (4 if pin else 2)
         if nslots < 1:
             raise ValueError("kiln.Loader: slots must be >= 1, not %r" % (slots,))
         self._settings = {"count": cache.count, "batch_size": o.batch_size, "shuffle": o.shuffle,
@@ -320,15 +348,7 @@ class Loader:
         self.rank, self.world_size, self.batch_size = o.rank, o.world_size, o.batch_size
         self._copy = bool(copy)
 
-        shape = cache.shape
-        if o.crop and len(shape) == 3:
-            shape = (shape[0], o.crop, o.crop)
-        pin = bool(pin_memory)
-        if pin and (torch is None or not torch.cuda.is_available()):
-            warnings.warn("kiln.Loader: pin_memory=True, but torch with CUDA is not available: "
-                          "the ring stays in ordinary memory", stacklevel=2)
-            pin = False
-        self.pin_memory = pin
+        shape = tuple(_kiln.output_shape(cache._native, o))  # kiln's geometry, checked there
         if torch is not None:
             x = torch.empty((nslots, o.batch_size) + shape, dtype=_TORCH_DTYPES[cache.dtype],
                             pin_memory=pin)
@@ -348,9 +368,36 @@ class Loader:
         self._xs = [x[i] for i in range(nslots)]
         self._ys = [y[i] for i in range(nslots)]
         self._native = _kiln.Loader(cache._native, o, addr, laddr, slot_bytes, self._ring)
+        self._native.set_position(int(epoch), int(start_batch))
+        if pin and self._device is None:
+            # The caller may copy a batch with non_blocking=True: the slot
+            # waits for an event recorded on the current stream when it is
+            # handed back (see Lifetime).
+            self._native.set_fence_maker(_record_cuda_event)
         self._pid = os.getpid()
-        self._epoch, self._batch = int(epoch), int(start_batch)
         self._generation = 0
+
+    @staticmethod
+    def _resolve_device(device, dtype, channels_last):
+        if device is None:
+            if dtype is not None or channels_last:
+                raise ValueError("kiln.Loader: dtype and channels_last convert batches on a "
+                                 "device: pass device= too (device='cpu' for the CPU)")
+            return None
+        if torch is None:
+            raise RuntimeError("kiln.Loader(device=...) needs torch")
+        device = torch.device(device)
+        if device.type == "cuda":
+            if not torch.cuda.is_available():
+                raise RuntimeError("kiln.Loader: device %r, but this torch has no CUDA or this "
+                                   "machine no GPU (torch.cuda.is_available() is False); use "
+                                   "device='cpu' or leave device out" % (str(device),))
+            if device.index is None:
+                device = torch.device("cuda", torch.cuda.current_device())
+        if dtype is not None and dtype not in (torch.float32, torch.float16, torch.bfloat16):
+            raise ValueError("kiln.Loader: dtype must be torch.float32, torch.float16 or "
+                             "torch.bfloat16, not %r" % (dtype,))
+        return device
 
     # ---- geometry --------------------------------------------------------
 
@@ -359,7 +406,9 @@ class Loader:
     slots = property(lambda self: len(self._xs))
     ring_bytes = property(lambda self: sum(t.nbytes if torch is None else
                                            t.numel() * t.element_size() for t in self._ring))
-    epoch = property(lambda self: self._epoch)
+    epoch = property(lambda self: self._native.position()[0])
+    #: The read-ahead budget in bytes (0: off).
+    readahead_bytes = property(lambda self: self._native.readahead_bytes)
 
     def __len__(self):
         return self._native.batches_per_epoch
@@ -373,9 +422,10 @@ class Loader:
         "wait_seconds": s, "wait_ms_per_batch": 1000 s / n}`` over the batches
         taken since the loader was made (or the last ``stats(reset=True)``).
         The wait is the time ``next()`` spent until the workers had the batch
-        ready - kiln train's data-wait figure. Compare it with your step
-        time: near zero, the loader keeps up; a large share, add ``workers``
-        or ``slots``."""
+        ready (and, with pin_memory or a device, until a copy had finished
+        reading the slot the batch needed) - kiln train's data-wait figure.
+        Compare it with your step time: near zero, the loader keeps up; a
+        large share, add ``workers`` or ``slots``."""
         n, wait = self._native.stats(bool(reset))
         return {"batches": n, "wait_seconds": wait,
                 "wait_ms_per_batch": 1000.0 * wait / n if n else 0.0}
@@ -388,14 +438,15 @@ class Loader:
 
     def set_epoch(self, epoch):
         """The next iteration runs epoch `epoch` from its first batch."""
-        self._epoch, self._batch = int(epoch), 0
+        self._native.set_position(int(epoch), 0)
         self._generation += 1  # a running iteration ends
 
     def state_dict(self):
         """The position: the epoch and the next batch to yield (a batch already
         yielded counts as consumed), with the settings that fix the order."""
         d = dict(self._settings)
-        d.update({"epoch": self._epoch, "batch": self._batch})
+        epoch, batch = self._native.position()
+        d.update({"epoch": epoch, "batch": batch})
         return d
 
     def load_state_dict(self, state):
@@ -407,7 +458,7 @@ class Loader:
         if diff:
             raise ValueError("kiln.Loader.load_state_dict: the state comes from a loader with "
                              "other settings, its batches would differ: " + "; ".join(diff))
-        self._epoch, self._batch = int(state["epoch"]), int(state["batch"])
+        self._native.set_position(int(state["epoch"]), int(state["batch"]))
         self._generation += 1
 
     # ---- iteration -------------------------------------------------------
@@ -417,31 +468,102 @@ class Loader:
             raise RuntimeError("this kiln.Loader was made in process %d and does not survive "
                                "fork(): make a new kiln.Loader in the child" % self._pid)
         self._generation += 1
+        if self._device is not None:
+            return self._run_device(self._generation)
         return self._run(self._generation)
 
+    def _check(self, generation):
+        if self._generation != generation:
+            raise RuntimeError("kiln.Loader: this iterator was superseded by a newer "
+                               "iter(loader), set_epoch or load_state_dict")
+
+    def _batch(self, b):
+        slot, size, _, _ = b
+        x, y = self._xs[slot], self._ys[slot]
+        if size != self.batch_size:
+            x, y = x[:size], y[:size]
+        return x, y
+
     def _run(self, generation):
-        native, xs, ys, full = self._native, self._xs, self._ys, self.batch_size
-        native.start_epoch(self._epoch, self._batch)
+        native = self._native
+        native.start()
         while True:
-            if self._generation != generation:
-                raise RuntimeError("kiln.Loader: this iterator was superseded by a newer "
-                                   "iter(loader), set_epoch or load_state_dict")
+            self._check(generation)
             b = native.next()
             if b is None:
                 break
-            slot, size, _, index = b
-            self._batch = index + 1
-            x, y = xs[slot], ys[slot]
-            if size != full:
-                x, y = x[:size], y[:size]
+            x, y = self._batch(b)
             if self._copy:
                 x, y = x.clone() if torch is not None else x.copy(), \
                     y.clone() if torch is not None else y.copy()
-                native.release()  # the workers may refill it now
+                native.hand_back()  # the workers may refill it now
+            native.yielded(b[2], b[3])
             yield x, y
-        self._epoch, self._batch = self._epoch + 1, 0
-        # No release when the iterator is dropped: the batch it yielded last
-        # stays the caller's until the next next() or start_epoch (see Lifetime).
+        native.epoch_done()
+        # No hand-back when the iterator is dropped: the batch it yielded last
+        # stays the caller's until the next next() or start (see Lifetime).
+
+    def _convert(self, x):
+        """A batch on the loader's device: normalized or cast to `dtype`,
+        NHWC strides with channels_last."""
+        if self._dtype is not None:
+            norm = _norm_tensors(self.cache, x.device,
+                                 (1, -1, 1, 1) if x.dim() == 4 else (1,))
+            if norm is not None:  # in float32, as kiln.normalize, then the dtype asked
+                x = x.to(torch.float32).mul_(norm[0]).sub_(norm[1])
+            x = x.to(self._dtype)
+        if self._channels_last and x.dim() == 4:
+            x = x.contiguous(memory_format=torch.channels_last)
+        return x
+
+    def _launch(self, ahead):
+        """Takes the next batch from the workers and starts its copy to the
+        device; the host slot goes back once the copy has read it. False at
+        the end of the epoch."""
+        native, dev = self._native, self._device
+        b = native.next()
+        if b is None:
+            return False
+        x, y = self._batch(b)
+        if dev.type == "cuda":
+            side = self._side_stream
+            with torch.cuda.stream(side):
+                dx = x.to(dev, non_blocking=True)
+                dy = y.to(dev, non_blocking=True)
+                read = torch.cuda.Event()
+                read.record(side)
+                dx = self._convert(dx)
+                ready = torch.cuda.Event()
+                ready.record(side)
+            native.hand_back(read)
+        else:
+            dx, dy = self._convert(x.to(dev, copy=True)), y.to(dev, copy=True)
+            ready = None
+            native.hand_back()
+        ahead.append((dx, dy, ready, b[2], b[3]))
+        return True
+
+    def _run_device(self, generation):
+        native, dev = self._native, self._device
+        if dev.type == "cuda" and getattr(self, "_side_stream", None) is None:
+            self._side_stream = torch.cuda.Stream(device=dev)
+        depth = 2 if dev.type == "cuda" else 1
+        native.start()
+        ahead = collections.deque()
+        while len(ahead) < depth and self._launch(ahead):
+            pass
+        while ahead:
+            self._check(generation)
+            dx, dy, ready, epoch, index = ahead.popleft()
+            self._launch(ahead)  # the next copy runs while this batch is used
+            if ready is not None:
+                current = torch.cuda.current_stream(dev)
+                current.wait_event(ready)
+                dx.record_stream(current)
+                dy.record_stream(current)
+            native.yielded(epoch, index)
+            yield dx, dy
+        native.epoch_done()
 
     def __reduce__(self):
         raise TypeError("a kiln.Loader cannot be pickled (it owns threads and a ring of "

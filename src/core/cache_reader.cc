@@ -63,6 +63,11 @@ Status CacheReader::Open(const std::string& dir, const ReaderOptions& options,
   return Status::OK();
 }
 
+CacheReader::Mapping CacheReader::mapping(int i) const {
+  const LmdbEnv& env = *envs_[i]->env;
+  return {env.path(), env.map(), manifest_.shards[i].bytes};
+}
+
 std::unique_ptr<ReadTxn> CacheReader::BeginRead() const {
   return std::unique_ptr<ReadTxn>(new ReadTxn(this));
 }
@@ -84,7 +89,7 @@ void ReadTxn::Reset() {
   }
 }
 
-Status ReadTxn::Get(uint64_t index, RecordView* out, bool verify_checksum) {
+Status ReadTxn::Locate(uint64_t index, const uint8_t** value, uint64_t* size) {
   const Manifest& m = reader_->manifest();
   const int si = m.ShardFor(index);
   if (si < 0)
@@ -106,20 +111,22 @@ Status ReadTxn::Get(uint64_t index, RecordView* out, bool verify_checksum) {
   if (rc == MDB_NOTFOUND)
     return Status::Corruption(env.path() + ": record " + std::to_string(index) +
                               " missing from its shard");
-  // The context string is built only on failure: Get allocates nothing.
+  // The context string is built only on failure: Locate allocates nothing.
   if (rc != MDB_SUCCESS) return LmdbStatus(rc, env.path() + ": record " + std::to_string(index));
-  const uint8_t* value = static_cast<const uint8_t*>(v.mv_data);
+  *value = static_cast<const uint8_t*>(v.mv_data);
+  *size = v.mv_size;
+  return Status::OK();
+}
+
+Status ReadTxn::Get(uint64_t index, RecordView* out, bool verify_checksum) {
+  const uint8_t* value = nullptr;
+  uint64_t size = 0;
+  KILN_RETURN_IF_ERROR(Locate(index, &value, &size));
+  const Manifest& m = reader_->manifest();
+  const LmdbEnv& env = *reader_->shard_env(m.ShardFor(index)).env;
   RecordHeader h;
-  KILN_RETURN_IF_ERROR(DecodeRecordHeader(index, value, v.mv_size, &h).WithContext(env.path()));
-  if (h.dtype != m.dtype || h.shape != m.shape)
-    return Status::Corruption(env.path() + ": record " + std::to_string(index) + " is " +
-                              DTypeName(h.dtype) + " " + h.shape.ToString() +
-                              ", the manifest says " + DTypeName(m.dtype) + " " +
-                              m.shape.ToString());
-  if (!m.classes.empty() && (h.label < 0 || h.label >= static_cast<int64_t>(m.classes.size())))
-    return Status::Corruption(env.path() + ": record " + std::to_string(index) + " has label " +
-                              std::to_string(h.label) + ", outside the " +
-                              std::to_string(m.classes.size()) + " classes");
+  KILN_RETURN_IF_ERROR(DecodeRecordHeader(index, value, size, &h).WithContext(env.path()));
+  KILN_RETURN_IF_ERROR(CheckRecordAgainstManifest(m, index, h).WithContext(env.path()));
   if (verify_checksum)
     KILN_RETURN_IF_ERROR(VerifyRecordChecksum(index, value, h).WithContext(env.path()));
   out->index = index;

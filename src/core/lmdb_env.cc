@@ -1,11 +1,13 @@
 #include "core/lmdb_env.h"
 
+#include "core/fault_guard.h"
 #include "kiln/file.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -36,7 +38,29 @@ Status LmdbEnv::OpenDbi(bool write) {
   KILN_RETURN_IF_ERROR(txn.Begin(*this, !write));
   int rc = mdb_dbi_open(txn.get(), nullptr, 0, &dbi_);
   KILN_RETURN_IF_ERROR(LmdbStatus(rc, path_));
+  if (!write) FindMap(txn);
   return write ? txn.Commit() : Status::OK();  // a read txn's dbi stays open after abort
+}
+
+void LmdbEnv::FindMap(const LmdbTxn& txn) {
+  // LMDB does not say where it mapped the file (mdb_env_info's address is
+  // the one a MDB_FIXEDMAP file asked for). The first key lies in a leaf
+  // page whose header starts with its page number: the map begins that
+  // many pages before the page. Page-sized pages only, as every kiln
+  // shard has (LMDB uses the OS page size).
+  MDB_stat st;
+  if (mdb_env_stat(env_, &st) != MDB_SUCCESS || st.ms_psize != static_cast<unsigned>(sysconf(_SC_PAGESIZE)))
+    return;
+  MDB_cursor* cursor = nullptr;
+  if (mdb_cursor_open(txn.get(), dbi_, &cursor) != MDB_SUCCESS) return;
+  MDB_val k, v;
+  if (mdb_cursor_get(cursor, &k, &v, MDB_FIRST) == MDB_SUCCESS) {
+    const uintptr_t page = reinterpret_cast<uintptr_t>(k.mv_data) / st.ms_psize * st.ms_psize;
+    uint64_t pgno = 0;
+    std::memcpy(&pgno, reinterpret_cast<const void*>(page), sizeof pgno);
+    if (pgno * st.ms_psize <= page) map_ = reinterpret_cast<const uint8_t*>(page - pgno * st.ms_psize);
+  }
+  mdb_cursor_close(cursor);
 }
 
 namespace {
@@ -125,6 +149,9 @@ Status LmdbEnv::OpenForRead(const std::string& path, unsigned max_readers) {
       MDB_envinfo info;
       mdb_env_info(env_, &info);
       map_size_ = info.me_mapsize;
+      // A reader's page that changes under it fails an LMDB assertion;
+      // inside a GuardedRead that becomes an error (core/fault_guard.h).
+      RouteLmdbAssertions(env_);
       return OpenDbi(/*write=*/false);
     }
     Close();
@@ -138,6 +165,7 @@ Status LmdbEnv::OpenForRead(const std::string& path, unsigned max_readers) {
 void LmdbEnv::Close() {
   if (env_ != nullptr) mdb_env_close(env_);
   env_ = nullptr;
+  map_ = nullptr;
   dbi_ = 0;
 }
 

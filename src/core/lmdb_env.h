@@ -19,6 +19,8 @@ namespace kiln {
 // (normally the shard path). MDB_SUCCESS gives OK.
 Status LmdbStatus(int rc, const std::string& context);
 
+class LmdbTxn;
+
 // Owns an MDB_env opened on one shard file (MDB_NOSUBDIR).
 class LmdbEnv {
  public:
@@ -39,6 +41,10 @@ class LmdbEnv {
   MDB_dbi dbi() const { return dbi_; }
   const std::string& path() const { return path_; }
   uint64_t map_size() const { return map_size_; }
+  // The start of a read-only environment's memory map: a value returned by
+  // mdb_get lies at map() + its offset in the file. Null for writers, for
+  // an empty database and for pages of another size than the OS's.
+  const uint8_t* map() const { return map_; }
   // REQUIRES: no transaction active in this process on this env.
   Status SetMapSize(uint64_t bytes);
   // Number of records in the database.
@@ -46,9 +52,11 @@ class LmdbEnv {
 
  private:
   Status OpenDbi(bool write);
+  void FindMap(const LmdbTxn& txn);  // sets map_
   MDB_env* env_ = nullptr;
   MDB_dbi dbi_ = 0;
   uint64_t map_size_ = 0;
+  const uint8_t* map_ = nullptr;
   std::string path_;
 };
 

@@ -8,6 +8,10 @@
 #include <mutex>
 #include <thread>
 
+#include "core/fault_guard.h"
+#include "core/page_cache.h"
+#include "kiln/shuffle.h"
+
 namespace kiln {
 
 namespace {
@@ -27,6 +31,12 @@ uint64_t Below(uint64_t draw, uint64_t n) {
 
 enum class SlotState { kFree, kFilling, kReady, kInUse };
 
+// How far (in batches) read-ahead may run past the lowest batch not yet
+// filled: the size of the ring of per-batch byte counts it keeps.
+constexpr uint64_t kReadAheadBatches = 1024;
+// Records sampled at an epoch's start to judge whether it is in memory.
+constexpr uint64_t kResidencySamples = 16;
+
 }  // namespace
 
 class Loader::Impl {
@@ -41,7 +51,9 @@ class Loader::Impl {
       stop_ = true;
     }
     cv_.notify_all();
+    ra_cv_.notify_all();
     for (auto& t : threads_) t.join();
+    if (ra_thread_.joinable()) ra_thread_.join();
   }
 
   Status Init() {
@@ -55,18 +67,7 @@ class Loader::Impl {
     if (m.count == 0) return Status::InvalidArgument(reader_->dir() + ": the cache is empty");
     elem_ = DTypeSize(m.dtype);
     in_shape_ = m.shape;
-    out_shape_ = m.shape;
-    if (opt_.crop > 0 || opt_.random_flip) {
-      if (m.shape.ndim != 3)
-        return Status::InvalidArgument("loader: crop/flip need CHW records, the cache holds " +
-                                       m.shape.ToString());
-    }
-    if (opt_.crop > 0) {
-      if (opt_.crop > m.shape.dims[1] || opt_.crop > m.shape.dims[2])
-        return Status::InvalidArgument("loader: crop " + std::to_string(opt_.crop) +
-                                       " is larger than the records' " + m.shape.ToString());
-      out_shape_.dims[1] = out_shape_.dims[2] = opt_.crop;
-    }
+    KILN_RETURN_IF_ERROR(LoaderOutputShape(m, opt_, &out_shape_));
     sample_bytes_ = out_shape_.NumElements() * elem_;
     // Samples per rank as torch.utils.data.DistributedSampler computes them.
     const uint64_t n = m.count, w = static_cast<uint64_t>(opt_.world_size);
@@ -76,7 +77,15 @@ class Loader::Impl {
     // Transactions are made here, not in the workers: a worker that starts
     // late (on a busy machine) must not allocate after warm-up.
     for (int i = 0; i < opt_.workers; ++i) txns_.push_back(reader_->BeginRead());
+    ra_budget_ = opt_.readahead_bytes == kAutoReadAhead ? DefaultReadAheadBytes()
+                                                        : opt_.readahead_bytes;
+    if (ra_budget_ > 0) {
+      ra_txn_ = reader_->BeginRead();
+      ra_advisor_ = MakePageAdvisor();
+      ra_cum_.assign(kReadAheadBatches, 0);
+    }
     for (int i = 0; i < opt_.workers; ++i) threads_.emplace_back([this, i] { Work(i); });
+    if (ra_budget_ > 0) ra_thread_ = std::thread([this] { ReadAhead(); });
     return Status::OK();
   }
 
@@ -84,13 +93,8 @@ class Loader::Impl {
     const uint64_t n = reader_->size();
     std::vector<uint64_t> all(n);
     for (uint64_t i = 0; i < n; ++i) all[i] = i;
-    if (opt_.shuffle) {
-      uint64_t state = Mix(opt_.seed ^ Mix(epoch + 0x51ED270B7A3Full));
-      for (uint64_t i = n; i > 1; --i) {
-        state = Mix(state);
-        std::swap(all[i - 1], all[Below(state, i)]);
-      }
-    }
+    // kiln's one seeded shuffle (kiln/shuffle.h), seeded per epoch.
+    if (opt_.shuffle) SeededShuffle(&all, Mix(opt_.seed ^ Mix(epoch + 0x51ED270B7A3Full)));
     const uint64_t w = static_cast<uint64_t>(opt_.world_size);
     const uint64_t total = per_rank_ * w;
     std::vector<uint64_t> mine;
@@ -107,19 +111,28 @@ class Loader::Impl {
         return Status::InvalidArgument("loader: StartEpoch with a slot still in use");
     // Workers claim no more of the old epoch and finish what they are filling.
     active_ = false;
+    ++ra_generation_;  // the read-ahead drops what it was doing
+    ra_cv_.notify_all();
+    starting_ = true;
     cv_.wait(lock, [&] {
-      return std::none_of(state_.begin(), state_.end(),
-                          [](SlotState s) { return s == SlotState::kFilling; });
+      return !ra_busy_ && std::none_of(state_.begin(), state_.end(),
+                                       [](SlotState s) { return s == SlotState::kFilling; });
     });
+    starting_ = false;
     if (start > batches_) start = batches_;
     order_ = Order(epoch);
     epoch_ = epoch;
     next_claim_ = next_consume_ = start;
+    ra_on_ = false;  // until the read-ahead has sampled the new epoch
+    ra_pos_ = start * opt_.batch_size;
+    ra_total_ = 0;
+    if (!ra_cum_.empty()) ra_cum_[start % kReadAheadBatches] = 0;
     std::fill(state_.begin(), state_.end(), SlotState::kFree);
     failed_ = Status::OK();
     active_ = true;
     lock.unlock();
     cv_.notify_all();
+    ra_cv_.notify_all();
     return Status::OK();
   }
 
@@ -175,6 +188,7 @@ class Loader::Impl {
   uint64_t sample_bytes() const { return sample_bytes_; }
   uint64_t per_rank() const { return per_rank_; }
   uint64_t batches() const { return batches_; }
+  uint64_t readahead_budget() const { return ra_budget_; }
 
  private:
   void Work(int worker) {
@@ -198,20 +212,165 @@ class Loader::Impl {
       slot_status_[s] = st;
       state_[s] = SlotState::kReady;
       cv_.notify_all();
+      ra_cv_.notify_all();  // the filled frontier may have moved
     }
   }
 
+  // Fills batch b's slot. The reads run under the fault guard: a shard
+  // changed under the map fails the batch, naming it, instead of the process.
   Status Fill(ReadTxn* txn, uint64_t b, const BatchSlot& slot) {
     const uint64_t first = b * opt_.batch_size, count = BatchSize(b);
     uint8_t* dst = static_cast<uint8_t*>(slot.data);
-    for (uint64_t j = 0; j < count; ++j) {
-      const uint64_t idx = order_[first + j];
-      RecordView v;
-      KILN_RETURN_IF_ERROR(txn->Get(idx, &v, opt_.verify_checksums));
-      slot.labels[j] = v.label;
-      CopySample(v.data, idx, dst + j * sample_bytes_);
+    Status st;
+    volatile uint64_t reading = order_[first];  // the record a fault interrupts
+    std::string fault;
+    const bool finished = GuardedRead(
+        [&] {
+          for (uint64_t j = 0; j < count; ++j) {
+            const uint64_t idx = order_[first + j];
+            reading = idx;
+            RecordView v;
+            st = txn->Get(idx, &v, opt_.verify_checksums);
+            if (!st.ok()) return;
+            slot.labels[j] = v.label;
+            CopySample(v.data, idx, dst + j * sample_bytes_);
+          }
+        },
+        &fault);
+    if (!finished) return FaultStatus(reading, fault);
+    return st;
+  }
+
+  // A fault while reading record `index`, as a Status naming its shard.
+  Status FaultStatus(uint64_t index, const std::string& fault) const {
+    const Manifest& m = reader_->manifest();
+    const int si = m.ShardFor(index);
+    const std::string shard = si >= 0 ? reader_->dir() + "/" + m.shards[si].file : reader_->dir();
+    return Status::Corruption(shard + ": record " + std::to_string(index) + ": " + fault +
+                              "; check it with kiln verify, then rebuild (kiln build --force) "
+                              "or restore the shard");
+  }
+
+  // ---- read-ahead ------------------------------------------------------
+  //
+  // Positions are sample positions in this rank's epoch order; batch b
+  // covers [b x batch_size, (b+1) x batch_size). The read-ahead thread asks
+  // the kernel for the record at ra_pos_, then the next, as long as the
+  // bytes it has asked for beyond the lowest batch not yet filled stay
+  // within the budget. ra_cum_[b % kReadAheadBatches] holds ra_total_ (the
+  // bytes asked this epoch) when ra_pos_ entered batch b.
+
+  // The lowest batch not yet filled: every batch before it is in a slot or
+  // was consumed. REQUIRES: mu_ held.
+  uint64_t FilledFrontier() const {
+    uint64_t f = next_claim_;
+    for (size_t s = 0; s < state_.size(); ++s)
+      if (state_[s] == SlotState::kFilling) f = std::min(f, slot_batch_[s]);
+    return f;
+  }
+
+  // Bytes asked for, for positions at or past the frontier. REQUIRES: mu_.
+  uint64_t BytesAhead() const {
+    const uint64_t f = FilledFrontier();
+    if (ra_pos_ <= f * opt_.batch_size) return 0;
+    return ra_total_ - ra_cum_[f % kReadAheadBatches];
+  }
+
+  // Moves ra_pos_ forward to `pos`, noting ra_total_ at each batch start
+  // crossed. REQUIRES: mu_ held.
+  void AdvanceReadAhead(uint64_t pos) {
+    const uint64_t b = opt_.batch_size;
+    for (uint64_t next = (ra_pos_ / b + 1) * b; next <= pos; next += b)
+      ra_cum_[(next / b) % kReadAheadBatches] = ra_total_;
+    ra_pos_ = pos;
+  }
+
+  // Whether the read-ahead may look at the record at ra_pos_. REQUIRES: mu_.
+  bool ReadAheadCanStep(uint64_t generation) const {
+    return active_ && ra_on_ && generation == ra_generation_ && ra_pos_ < per_rank_ &&
+           ra_pos_ / opt_.batch_size + 1 < FilledFrontier() + kReadAheadBatches;
+  }
+
+  // Whether the epoch's records are in the page cache, from a sample spread
+  // over the positions [from, per_rank_). Runs without mu_ (it may fault in
+  // LMDB's tree pages); order_ stays put while ra_busy_ is set.
+  bool EpochResident(uint64_t from) {
+    const uint64_t n = per_rank_ - from;
+    bool resident = true;
+    for (uint64_t k = 0; k < std::min(n, kResidencySamples) && resident; ++k) {
+      const uint64_t idx = order_[from + k * n / std::min(n, kResidencySamples)];
+      const uint8_t* p = nullptr;
+      uint64_t size = 0;
+      Status st;
+      if (!GuardedRead([&] { st = ra_txn_->Locate(idx, &p, &size); }, nullptr) || !st.ok())
+        resident = false;  // the workers will meet the problem and report it
+      else
+        resident = ra_advisor_->Resident(p, size);
     }
-    return Status::OK();
+    ra_txn_->Reset();
+    return resident;
+  }
+
+  void ReadAhead() {
+    std::unique_lock<std::mutex> lock(mu_);
+    uint64_t generation = 0;
+    for (;;) {
+      ra_cv_.wait(lock, [&] {
+        return stop_ || (active_ && generation != ra_generation_) || ReadAheadCanStep(generation);
+      });
+      if (stop_) return;
+      if (generation != ra_generation_) {  // a new epoch: does it need read-ahead?
+        generation = ra_generation_;
+        const uint64_t from = ra_pos_;
+        ra_busy_ = true;
+        lock.unlock();
+        const bool cold = from < per_rank_ && !EpochResident(from);
+        lock.lock();
+        ra_busy_ = false;
+        if (generation == ra_generation_) ra_on_ = cold;
+        if (starting_) cv_.notify_all();  // StartEpoch waits for ra_busy_
+        continue;
+      }
+      // The next record: where it lies (LMDB's tree pages only), then, when
+      // the budget has room, the request for its bytes.
+      const uint64_t pos = ra_pos_;
+      const uint64_t idx = order_[pos];
+      ra_busy_ = true;
+      lock.unlock();
+      const uint8_t* p = nullptr;
+      uint64_t size = 0;
+      Status st;
+      const bool located =
+          GuardedRead([&] { st = ra_txn_->Locate(idx, &p, &size); }, nullptr) && st.ok();
+      lock.lock();
+      if (!located) {
+        // The worker that copies the record reports what is wrong with it.
+        ra_on_ = false;
+      } else {
+        ra_cv_.wait(lock, [&] {
+          return stop_ || generation != ra_generation_ || size > ra_budget_ ||
+                 BytesAhead() + size <= ra_budget_;
+        });
+      }
+      bool ask = false;
+      if (located && !stop_ && generation == ra_generation_ && ra_pos_ == pos) {
+        const uint64_t frontier = FilledFrontier() * opt_.batch_size;
+        if (pos < frontier) {
+          AdvanceReadAhead(frontier);  // the workers got there first
+        } else {
+          // A record larger than the whole budget is left to the workers.
+          ask = size <= ra_budget_;
+          if (ask) ra_total_ += size;
+          AdvanceReadAhead(pos + 1);
+        }
+      }
+      lock.unlock();
+      if (ask) ra_advisor_->WillNeed(p, size);
+      ra_txn_->Reset();
+      lock.lock();
+      ra_busy_ = false;
+      if (starting_) cv_.notify_all();
+    }
   }
 
   // The fused copy: crop window and flip applied while moving the bytes.
@@ -268,7 +427,35 @@ class Loader::Impl {
   Status failed_;  // the error that ended this epoch's stream, if one did
   std::vector<std::unique_ptr<ReadTxn>> txns_;  // one per worker
   std::vector<std::thread> threads_;
+
+  // Read-ahead (see above); the thread exists when ra_budget_ > 0.
+  uint64_t ra_budget_ = 0;
+  std::unique_ptr<ReadTxn> ra_txn_;
+  std::unique_ptr<PageAdvisor> ra_advisor_;
+  std::thread ra_thread_;
+  std::condition_variable ra_cv_;  // wakes the read-ahead thread
+  bool starting_ = false;          // StartEpoch waits for the threads to let go
+  uint64_t ra_generation_ = 0;     // bumped by StartEpoch
+  bool ra_on_ = false;          // this epoch needs read-ahead
+  bool ra_busy_ = false;        // the thread reads order_ without mu_
+  uint64_t ra_pos_ = 0, ra_total_ = 0;
+  std::vector<uint64_t> ra_cum_;
 };
+
+Status LoaderOutputShape(const Manifest& m, const LoaderOptions& o, Shape* out) {
+  *out = m.shape;
+  if (o.crop == 0 && !o.random_flip) return Status::OK();
+  if (m.shape.ndim != 3)
+    return Status::InvalidArgument("loader: crop/flip need CHW records, the cache holds " +
+                                   m.shape.ToString());
+  if (o.crop > 0) {
+    if (o.crop > m.shape.dims[1] || o.crop > m.shape.dims[2])
+      return Status::InvalidArgument("loader: crop " + std::to_string(o.crop) +
+                                     " is larger than the records' " + m.shape.ToString());
+    out->dims[1] = out->dims[2] = o.crop;
+  }
+  return Status::OK();
+}
 
 Loader::Loader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Loader::~Loader() = default;
@@ -285,6 +472,7 @@ const Shape& Loader::sample_shape() const { return impl_->out_shape(); }
 uint64_t Loader::sample_bytes() const { return impl_->sample_bytes(); }
 uint64_t Loader::samples_per_epoch() const { return impl_->per_rank(); }
 uint64_t Loader::batches_per_epoch() const { return impl_->batches(); }
+uint64_t Loader::readahead_bytes() const { return impl_->readahead_budget(); }
 Status Loader::StartEpoch(uint64_t epoch, uint64_t start_batch) {
   return impl_->StartEpoch(epoch, start_batch);
 }

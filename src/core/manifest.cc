@@ -27,6 +27,38 @@ namespace kiln {
 
 using nlohmann::json;
 
+Status CheckRecordAgainstManifest(const Manifest& m, uint64_t index, const RecordHeader& h) {
+  if (h.dtype != m.dtype || h.shape != m.shape)
+    return Status::Corruption("record " + std::to_string(index) + " is " + DTypeName(h.dtype) +
+                              " " + h.shape.ToString() + ", the manifest says " +
+                              DTypeName(m.dtype) + " " + m.shape.ToString());
+  if (!m.classes.empty() && (h.label < 0 || h.label >= static_cast<int64_t>(m.classes.size())))
+    return Status::Corruption("record " + std::to_string(index) + " has label " +
+                              std::to_string(h.label) + ", outside the " +
+                              std::to_string(m.classes.size()) + " classes");
+  return Status::OK();
+}
+
+Status InputNormalization(const Manifest& m, const std::string& dir, std::vector<double>* mean,
+                          std::vector<double>* std) {
+  mean->clear();
+  std->clear();
+  if (m.dtype != DType::kUint8) return Status::OK();
+  const uint32_t channels = m.shape.ndim == 3 ? m.shape.dims[0] : 1;
+  const Preprocessing& p = m.preprocessing;
+  bool fits = p.mean.size() == channels && p.std.size() == channels;
+  for (size_t c = 0; fits && c < channels; ++c) fits = p.std[c] > 0;
+  if (!fits)
+    return Status::Corruption(dir + "/" + kManifestName +
+                              ": a uint8 cache needs a mean and a positive std per channel (" +
+                              std::to_string(channels) +
+                              ") in its preprocessing to be normalized; rebuild it with --mean "
+                              "and --std (or --norm auto)");
+  *mean = p.mean;
+  *std = p.std;
+  return Status::OK();
+}
+
 const char* KilnVersion() { return KILN_VERSION_STRING; }
 
 std::string DigestHex(uint64_t digest) {

@@ -226,16 +226,13 @@ class Verifier {
       Problem(Kind::kRecord, static_cast<int64_t>(idx), info.file, s.message());
       return;
     }
-    if (h.dtype != m_.dtype || h.shape != m_.shape) {
-      Problem(Kind::kRecord, static_cast<int64_t>(idx), info.file,
-              std::string("record is ") + DTypeName(h.dtype) + " " + h.shape.ToString() +
-                  ", manifest says " + DTypeName(m_.dtype) + " " + m_.shape.ToString());
-      return;
+    s = CheckRecordAgainstManifest(m_, idx, h);
+    if (!s.ok()) {
+      Problem(Kind::kRecord, static_cast<int64_t>(idx), info.file, s.message());
+      // A record of another shape is not checksummed: its payload length
+      // is not the manifest's.
+      if (h.dtype != m_.dtype || h.shape != m_.shape) return;
     }
-    if (!m_.classes.empty() && (h.label < 0 || h.label >= static_cast<int64_t>(m_.classes.size())))
-      Problem(Kind::kRecord, static_cast<int64_t>(idx), info.file,
-              "label " + std::to_string(h.label) + " outside the " +
-                  std::to_string(m_.classes.size()) + " classes");
     slots->push_back({idx, value, size, h.checksum});
   }
 

@@ -28,13 +28,17 @@
 
 #include <chrono>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "core/cpus.h"
+#include "core/fault_guard.h"
+#include "core/launch_env.h"
 #include "kiln/cache_reader.h"
+#include "kiln/escape.h"
 #include "kiln/loader.h"
 #include "kiln/manifest.h"
 #include "kiln/verify.h"
@@ -129,19 +133,25 @@ class PyCache {
     if (index < 0 || index >= n)
       throw py::index_error("record " + std::to_string(index) + " out of range for " +
                             std::to_string(n) + " records");
-    RecordView v;
-    Status s = txn_->Get(static_cast<uint64_t>(index), &v, verify);
-    if (!s.ok()) {
-      txn_->Reset();
-      Check(s);
-    }
     const Shape& sh = reader_->manifest().shape;
     std::vector<py::ssize_t> dims(sh.dims.begin(), sh.dims.begin() + sh.ndim);
-    py::array a(py::dtype(NumpyDType(v.dtype)), dims);
-    std::memcpy(a.mutable_data(), v.data, v.bytes);
-    const int64_t label = v.label;
+    py::array a(py::dtype(NumpyDType(reader_->manifest().dtype)), dims);
+    RecordView v;
+    Status s;
+    std::string fault;
+    // Guarded: a shard changed under the map is an error, not a crash.
+    const bool read = GuardedRead(
+        [&] {
+          s = txn_->Get(static_cast<uint64_t>(index), &v, verify);
+          if (s.ok()) std::memcpy(a.mutable_data(), v.data, v.bytes);
+        },
+        &fault);
     txn_->Reset();
-    return py::make_tuple(std::move(a), label);
+    if (!read)
+      s = Status::Corruption(reader_->dir() + ": record " + std::to_string(index) + ": " + fault +
+                             "; check it with kiln verify");
+    Check(s);
+    return py::make_tuple(std::move(a), v.label);
   }
 
  private:
@@ -150,9 +160,21 @@ class PyCache {
   std::unique_ptr<ReadTxn> txn_;
 };
 
-// kiln::Loader over caller-owned slots given as addresses. The consumer
-// holds at most one slot: next() hands the previously returned slot back
-// before it waits for the next batch.
+// kiln::Loader over caller-owned slots given as addresses, and the
+// position the Python iterator starts from.
+//
+// Slots and copies. The batch next() returned last is the caller's
+// ("current") until the caller takes another, hands it back, or an epoch
+// starts. A caller whose batch may still be read by an asynchronous copy
+// (pin_memory=True with x.cuda(non_blocking=True), or the loader's own
+// device copies) hands it back with a fence: an object with query() (has
+// the copy finished? never blocks) and synchronize() (waits for it), such
+// as a torch.cuda.Event recorded after the copy was queued. The slot then
+// waits, "pending", and goes back to the workers only once its fence says
+// the copy finished: each next() polls the pending fences, and when the
+// batch next() wants must go into a slot still pending, next() waits on
+// that slot's fence (counted as waiting for data). No slot is refilled
+// while a copy may still read it.
 class PyLoader {
  public:
   PyLoader(std::shared_ptr<PyCache> cache, const LoaderOptions& options,
@@ -167,6 +189,7 @@ class PyLoader {
     std::vector<BatchSlot> slots;
     for (size_t i = 0; i < data.size(); ++i)
       slots.push_back({reinterpret_cast<void*>(data[i]), reinterpret_cast<int64_t*>(labels[i])});
+    slots_ = slots.size();
     Check(Loader::Open(cache_->reader(), options, std::move(slots), &loader_));
     const uint64_t need = options.batch_size * loader_->sample_bytes();
     if (slot_bytes < need) {
@@ -180,52 +203,94 @@ class PyLoader {
       (void)loader_.release();
       return;
     }
+    try {
+      // A copy still reading a slot must finish before the ring goes.
+      HandBack(py::none());
+      WaitAllPending();
+    } catch (const py::error_already_set&) {
+    }
     py::gil_scoped_release unlocked;  // joining may wait for a worker's fill
     loader_.reset();
   }
 
-  void StartEpoch(uint64_t epoch, uint64_t start_batch) {
+  // Starts the epoch at the loader's position (set_position), with every
+  // slot back from the caller and from pending copies.
+  void Start() {
     CheckSameProcess(pid_, "this kiln.Loader");
-    ReleaseHeld();
+    HandBack(py::none());
+    WaitAllPending();
     Status s;
     {
       py::gil_scoped_release unlocked;
-      s = loader_->StartEpoch(epoch, start_batch);
+      s = loader_->StartEpoch(epoch_, batch_);
     }
     Check(s);
+    started_epoch_ = epoch_;
   }
 
   // (slot, size, epoch, index) of the next batch, or None at the end of the
-  // epoch. Raises the error of a record that failed to load (again on every
-  // call until start_epoch).
-  py::object Next() {
+  // epoch, after which the position is the next epoch's start. The current
+  // batch is handed back first, with `fence` (None: at once). Raises the
+  // error of a record that failed to load (again on every call until Start).
+  py::object Next(py::object fence) {
     CheckSameProcess(pid_, "this kiln.Loader");
-    ReleaseHeld();
+    HandBack(std::move(fence));
+    PollPending();
+    double waited = 0;
+    // The batch wanted goes into slot (its number % slots): if a copy may
+    // still read that slot, wait for it.
+    const LoaderPosition at = loader_->position();
+    const int wanted = static_cast<int>(at.batch % slots_);
+    if (pending_.count(wanted)) {
+      const auto t0 = std::chrono::steady_clock::now();
+      WaitPending(wanted);
+      waited += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
     Batch b;
     Status s;
     {
       py::gil_scoped_release unlocked;
       const auto t0 = std::chrono::steady_clock::now();
       s = loader_->Next(&b);
-      wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      waited += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
+    wait_seconds_ += waited;
     if (s.IsNotFound()) return py::none();
     Check(s);
     ++batches_;
-    held_ = b.slot;
+    current_ = b.slot;
     return py::make_tuple(b.slot, b.size, b.epoch, b.index);
   }
 
-  // Hands the slot of the last batch back to the workers (no-op if none).
-  void ReleaseHeld() {
-    if (held_ >= 0) loader_->Release(held_);
-    held_ = -1;
+  // The current batch goes back to the workers: at once (fence None), or
+  // once `fence` says the copy reading it has finished.
+  void HandBack(py::object fence) {
+    if (current_ < 0) return;
+    const int slot = current_;
+    current_ = -1;
+    if (fence.is_none() && !fence_maker_.is_none()) fence = fence_maker_();
+    if (fence.is_none()) {
+      loader_->Release(slot);
+    } else {
+      pending_[slot] = std::move(fence);
+    }
   }
 
-  py::tuple Position() const {
-    const LoaderPosition p = loader_->position();
-    return py::make_tuple(p.epoch, p.batch);
+  // Where the next iteration starts: (epoch, batch). The iterator reports
+  // each batch it yields (a batch yielded counts as consumed) and the end
+  // of its epoch; the loader itself may be ahead of it (device copies).
+  py::tuple Position() const { return py::make_tuple(epoch_, batch_); }
+  void SetPosition(uint64_t epoch, uint64_t batch) {
+    epoch_ = epoch;
+    batch_ = batch;
   }
+  void Yielded(uint64_t epoch, uint64_t index) { SetPosition(epoch, index + 1); }
+  void EpochDone() { SetPosition(started_epoch_ + 1, 0); }
+  // A callable making a fence for every batch handed back without one
+  // (pin_memory=True: a CUDA event recorded on the current stream, since
+  // the caller may have queued a copy of it). None: hand back at once.
+  void SetFenceMaker(py::object maker) { fence_maker_ = std::move(maker); }
+  size_t pending() const { return pending_.size(); }
 
   const Loader& loader() const { return *loader_; }
 
@@ -242,11 +307,42 @@ class PyLoader {
   }
 
  private:
+  // Releases every pending slot whose copy has finished.
+  void PollPending() {
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      if (it->second.attr("query")().cast<bool>()) {
+        loader_->Release(it->first);
+        it = pending_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  // Waits for slot's copy (torch's synchronize() lets go of the GIL while
+  // it waits), then releases the slot.
+  void WaitPending(int slot) {
+    auto it = pending_.find(slot);
+    if (it == pending_.end()) return;
+    py::object fence = std::move(it->second);
+    pending_.erase(it);
+    fence.attr("synchronize")();
+    loader_->Release(slot);
+  }
+  void WaitAllPending() {
+    while (!pending_.empty()) WaitPending(pending_.begin()->first);
+  }
+
   pid_t pid_;
   std::shared_ptr<PyCache> cache_;
   py::object keepalive_;  // owns the slot memory; outlives loader_
   std::unique_ptr<Loader> loader_;
-  int held_ = -1;
+  size_t slots_ = 0;
+  int current_ = -1;  // the slot of the batch last handed out, still the caller's
+  // Slots handed back with a fence whose copy may still be reading them.
+  std::map<int, py::object> pending_;
+  py::object fence_maker_ = py::none();
+  uint64_t epoch_ = 0, batch_ = 0;  // where the next Start() begins
+  uint64_t started_epoch_ = 0;
   uint64_t batches_ = 0;
   double wait_seconds_ = 0;
 };
@@ -263,6 +359,35 @@ PYBIND11_MODULE(_kiln, m) {
   g_corruption_error = corruption.ptr();
   py::register_exception_translator(&TranslateStatusError);
   m.attr("__version__") = KilnVersion();
+  m.def(
+      "unescape_name",
+      [](const std::string& text) {
+        std::string name;
+        if (!UnescapeName(text, &name))
+          throw std::invalid_argument(
+              "'" + text +
+              "' is not a name kiln escaped (it writes \\\\, \\t, \\n, \\r and \\xNN)");
+        return py::bytes(name);
+      },
+      py::arg("text"), "The raw bytes of a name kiln wrote escaped (docs/format.md, Names)");
+  m.def(
+      "launch_environment",
+      [] {
+        LaunchEnvironment e;
+        Check(ReadLaunchEnvironment(&e));
+        return py::make_tuple(e.rank, e.world_size, e.local_rank, e.launched);
+      },
+      "(rank, world_size, local_rank, launched) from RANK, WORLD_SIZE and LOCAL_RANK, as kiln "
+      "train reads them");
+  m.def(
+      "output_shape",
+      [](const std::shared_ptr<PyCache>& cache, const LoaderOptions& o) {
+        Shape shape;
+        Check(LoaderOutputShape(cache->reader()->manifest(), o, &shape));
+        return ShapeTuple(shape);
+      },
+      py::arg("cache"), py::arg("options"),
+      "The shape of one sample a Loader with these options yields from this cache");
   m.def("cpu_has_native_bf16", &CpuHasNativeBf16,
         "Whether this CPU computes bf16 natively (AVX512-BF16 or AMX in /proc/cpuinfo)");
   m.def(
@@ -297,7 +422,13 @@ PYBIND11_MODULE(_kiln, m) {
                              [](const PyCache& c) { return c.reader()->manifest().preprocessing.ToJson(); })
       .def_property_readonly("manifest_json",
                              [](const PyCache& c) { return ManifestToJson(c.reader()->manifest()); })
-      .def("get", &PyCache::Get, py::arg("index"), py::arg("verify") = false);
+      .def("get", &PyCache::Get, py::arg("index"), py::arg("verify") = false)
+      .def_property_readonly("normalization", [](const PyCache& c) -> py::object {
+        std::vector<double> mean, std;
+        Check(InputNormalization(c.reader()->manifest(), c.reader()->dir(), &mean, &std));
+        if (mean.empty()) return py::none();
+        return py::make_tuple(mean, std);
+      });
 
   py::class_<LoaderOptions>(m, "LoaderOptions")
       .def(py::init<>())
@@ -311,18 +442,27 @@ PYBIND11_MODULE(_kiln, m) {
       .def_readwrite("crop", &LoaderOptions::crop)
       .def_readwrite("random_crop", &LoaderOptions::random_crop)
       .def_readwrite("random_flip", &LoaderOptions::random_flip)
-      .def_readwrite("verify_checksums", &LoaderOptions::verify_checksums);
+      .def_readwrite("verify_checksums", &LoaderOptions::verify_checksums)
+      .def_readwrite("readahead_bytes", &LoaderOptions::readahead_bytes);
+  m.attr("AUTO_READAHEAD") = kAutoReadAhead;
 
   py::class_<PyLoader>(m, "Loader")
       .def(py::init<std::shared_ptr<PyCache>, const LoaderOptions&, const std::vector<uintptr_t>&,
                     const std::vector<uintptr_t>&, uint64_t, py::object>(),
            py::arg("cache"), py::arg("options"), py::arg("data"), py::arg("labels"),
            py::arg("slot_bytes"), py::arg("keepalive"))
-      .def("start_epoch", &PyLoader::StartEpoch, py::arg("epoch"), py::arg("start_batch") = 0)
-      .def("next", &PyLoader::Next)
-      .def("release", &PyLoader::ReleaseHeld)
+      .def("start", &PyLoader::Start)
+      .def("next", &PyLoader::Next, py::arg("fence") = py::none())
+      .def("hand_back", &PyLoader::HandBack, py::arg("fence") = py::none())
       .def("position", &PyLoader::Position)
+      .def("set_position", &PyLoader::SetPosition, py::arg("epoch"), py::arg("batch"))
+      .def("yielded", &PyLoader::Yielded, py::arg("epoch"), py::arg("index"))
+      .def("epoch_done", &PyLoader::EpochDone)
+      .def("set_fence_maker", &PyLoader::SetFenceMaker, py::arg("maker"))
+      .def_property_readonly("pending", &PyLoader::pending)
       .def("stats", &PyLoader::Stats, py::arg("reset") = false)
+      .def_property_readonly("readahead_bytes",
+                             [](const PyLoader& l) { return l.loader().readahead_bytes(); })
       .def_property_readonly("sample_shape",
                              [](const PyLoader& l) { return ShapeTuple(l.loader().sample_shape()); })
       .def_property_readonly("sample_bytes", [](const PyLoader& l) { return l.loader().sample_bytes(); })

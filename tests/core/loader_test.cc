@@ -8,6 +8,7 @@
 
 #include "kiln/cache_reader.h"
 #include "kiln/loader.h"
+#include "loader_fixture.h"
 #include "test_util.h"
 
 using namespace kiln;
@@ -46,19 +47,6 @@ void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); 
 
 namespace {
 
-struct Ring {
-  std::vector<std::vector<uint8_t>> data;
-  std::vector<std::vector<int64_t>> labels;
-  std::vector<BatchSlot> slots;
-  Ring(int k, uint64_t batch, uint64_t sample_bytes) : data(k), labels(k) {
-    for (int i = 0; i < k; ++i) {
-      data[i].resize(batch * sample_bytes);
-      labels[i].resize(batch);
-      slots.push_back({data[i].data(), labels[i].data()});
-    }
-  }
-};
-
 struct Fixture {
   TempDir dir;
   std::unique_ptr<CacheReader> reader;
@@ -95,13 +83,6 @@ Epoch RunEpoch(Loader* loader, Ring* ring, uint64_t epoch, uint64_t start = 0) {
   return e;
 }
 
-std::unique_ptr<Loader> Make(const CacheReader* r, const LoaderOptions& o, Ring* ring) {
-  std::unique_ptr<Loader> l;
-  Status s = Loader::Open(r, o, ring->slots, &l);
-  INFO(s.ToString());
-  REQUIRE(s.ok());
-  return l;
-}
 
 }  // namespace
 
@@ -114,7 +95,7 @@ TEST_CASE("every sample exactly once per epoch, bit-identical to the records", "
     o.drop_last = drop_last;
     o.seed = 3;
     Ring ring(3, 10, 105);
-    auto l = Make(f.reader.get(), o, &ring);
+    auto l = MakeLoader(f.reader.get(), o, &ring);
     CHECK(l->batches_per_epoch() == (drop_last ? 10u : 11u));
     Epoch e = RunEpoch(l.get(), &ring, 0);
     REQUIRE(e.sizes.size() == l->batches_per_epoch());
@@ -138,16 +119,16 @@ TEST_CASE("a fresh permutation each epoch, the same for the same seed", "[loader
   LoaderOptions o;
   o.seed = 11;
   Ring ring(2, 256, 4);
-  auto a = Make(f.reader.get(), o, &ring);
+  auto a = MakeLoader(f.reader.get(), o, &ring);
   o.workers = 1;
-  auto b = Make(f.reader.get(), o, &ring);
+  auto b = MakeLoader(f.reader.get(), o, &ring);
   CHECK(a->EpochOrder(0) == b->EpochOrder(0));
   CHECK(a->EpochOrder(0) != a->EpochOrder(1));
   o.seed = 12;
-  auto c = Make(f.reader.get(), o, &ring);
+  auto c = MakeLoader(f.reader.get(), o, &ring);
   CHECK(a->EpochOrder(0) != c->EpochOrder(0));
   o.shuffle = false;
-  auto seq = Make(f.reader.get(), o, &ring);
+  auto seq = MakeLoader(f.reader.get(), o, &ring);
   auto s = seq->EpochOrder(5);
   for (uint64_t i = 0; i < 200; ++i) REQUIRE(s[i] == i);
 }
@@ -165,7 +146,7 @@ TEST_CASE("rank partitions are disjoint, covering and equal in batch count", "[l
       o.world_size = w;
       o.seed = 5;
       Ring ring(2, 8, 2);
-      auto l = Make(f.reader.get(), o, &ring);
+      auto l = MakeLoader(f.reader.get(), o, &ring);
       auto order = l->EpochOrder(2);
       all.insert(order.begin(), order.end());
       batches.insert(l->batches_per_epoch());
@@ -183,7 +164,7 @@ TEST_CASE("resume mid-epoch yields exactly the remaining batches", "[loader]") {
   o.batch_size = 7;
   o.seed = 9;
   Ring ring(4, 7, 48);
-  auto l = Make(f.reader.get(), o, &ring);
+  auto l = MakeLoader(f.reader.get(), o, &ring);
   Epoch full = RunEpoch(l.get(), &ring, 3);
   Epoch tail = RunEpoch(l.get(), &ring, 3, 5);
   REQUIRE(tail.samples.size() == full.samples.size() - 35);
@@ -210,7 +191,7 @@ TEST_CASE("crop and flip produce the right pixels", "[loader]") {
     o.shuffle = false;
     o.crop = K;
     Ring ring(2, 256, C * K * K);
-    auto l = Make(f.reader.get(), o, &ring);
+    auto l = MakeLoader(f.reader.get(), o, &ring);
     Epoch e = RunEpoch(l.get(), &ring, 0);
     // round((9-5)/2) = 2, round((12-5)/2) = round(3.5) = 4
     for (uint64_t i = 0; i < 40; ++i) REQUIRE(e.samples[i] == window(i, 2, 4, false));
@@ -223,7 +204,7 @@ TEST_CASE("crop and flip produce the right pixels", "[loader]") {
     o.random_flip = true;
     o.seed = 77;
     Ring ring(2, 256, C * K * K);
-    auto l = Make(f.reader.get(), o, &ring);
+    auto l = MakeLoader(f.reader.get(), o, &ring);
     Epoch e = RunEpoch(l.get(), &ring, 0);
     Epoch again = RunEpoch(l.get(), &ring, 0);
     Epoch next = RunEpoch(l.get(), &ring, 1);
@@ -254,7 +235,7 @@ TEST_CASE("slots are reused with no allocation after warm-up", "[loader]") {
   LoaderOptions o;
   o.batch_size = 16;
   Ring ring(3, 16, 384);
-  auto l = Make(f.reader.get(), o, &ring);
+  auto l = MakeLoader(f.reader.get(), o, &ring);
   REQUIRE(l->StartEpoch(0).ok());
   std::vector<int> seen;
   seen.reserve(25);
@@ -288,7 +269,7 @@ TEST_CASE("a damaged record fails the batch naming it; the loader goes on after"
   o.batch_size = 10;
   o.workers = 2;
   Ring ring(2, 10, 64);
-  auto l = Make(reader.get(), o, &ring);
+  auto l = MakeLoader(reader.get(), o, &ring);
   REQUIRE(l->StartEpoch(0).ok());
   Batch b;
   for (int i = 0; i < 2; ++i) {
@@ -318,7 +299,7 @@ TEST_CASE("a damaged record fails the batch naming it; the loader goes on after"
   CHECK(ok == 2);
   // Without checksums the payload damage goes unseen: the epoch completes.
   o.verify_checksums = false;
-  l = Make(reader.get(), o, &ring);
+  l = MakeLoader(reader.get(), o, &ring);
   CHECK(RunEpoch(l.get(), &ring, 0).samples.size() == 60);
 }
 
@@ -328,7 +309,7 @@ TEST_CASE("asking for more batches than slots without releasing is an error, not
   LoaderOptions o;
   o.batch_size = 10;
   Ring ring(2, 10, 8);
-  auto l = Make(f.reader.get(), o, &ring);
+  auto l = MakeLoader(f.reader.get(), o, &ring);
   REQUIRE(l->StartEpoch(0).ok());
   Batch a, b, c;
   REQUIRE(l->Next(&a).ok());
@@ -364,7 +345,7 @@ TEST_CASE("the loaded bytes do not depend on the worker count, with crop, flip a
   std::vector<Epoch> runs;
   for (int workers : {1, 3, 5}) {
     o.workers = workers;
-    auto l = Make(f.reader.get(), o, &ring);
+    auto l = MakeLoader(f.reader.get(), o, &ring);
     // A restart mid-stream first: what was in flight must not leak into the epoch.
     REQUIRE(l->StartEpoch(4).ok());
     Batch b;

@@ -2,15 +2,7 @@
 """Checks the Python module kiln (python/kiln over the extension kiln._kiln).
 
 Usage: test_kiln_module.py SYNTH_BIN DUMP_RECORDS_BIN DUMP_BATCHES_BIN CHECK
-
-SYNTH_BIN is tests/kiln_synth_cache (writes small caches with unique
-pseudo-random records), the DUMP_* binaries are the C++ side (kiln::CacheReader
-and kiln::Loader) that the module is compared with byte for byte. CHECK names
-one check below (CTest runs each as its own test); "all" runs every one.
-The module is found through PYTHONPATH (CTest sets it to build/python).
-
-Exit 0 when the check passes, 1 otherwise, 77 (skipped) when /usr/bin/python3
-lacks torch or numpy.
+(module_common.py says what they are).
 """
 import gc
 import json
@@ -20,71 +12,11 @@ import shutil
 import struct
 import subprocess
 import sys
-import tempfile
 import time
 import warnings
 
-SKIP = 77
-try:
-    import numpy as np
-    import torch
-except ImportError as e:
-    print("SKIP: /usr/bin/python3 lacks a module: %s" % e)
-    sys.exit(SKIP)
-
-import kiln  # noqa: E402  (PYTHONPATH: build/python)
-
-if len(sys.argv) != 5:
-    print(__doc__)
-    sys.exit(2)
-SYNTH, DUMP_RECORDS, DUMP_BATCHES, CHECK = sys.argv[1:5]
-N = 103  # divides by neither the batch sizes nor the world sizes used here
-
-
-def synth(tmp, name, dtype, shape=(3, 12, 10), n=N):
-    out = os.path.join(tmp, name)
-    subprocess.run([SYNTH, out, str(n)] + [str(d) for d in shape] + [dtype], check=True,
-                   stdout=subprocess.DEVNULL)
-    return out
-
-
-def cpp_batches(cache, **kv):
-    """The epoch as kiln::Loader yields it, as kiln_dump_batches writes it."""
-    out = cache + ".batches"
-    subprocess.run([DUMP_BATCHES, cache, out] + ["%s=%d" % (k, int(v)) for k, v in kv.items()],
-                   check=True)
-    with open(out, "rb") as f:
-        data = f.read()
-    os.remove(out)
-    return data
-
-
-def parse_dump(data, sample_bytes):
-    batches, pos = [], 0
-    while pos < len(data):
-        index, size = struct.unpack_from("<QQ", data, pos)
-        pos += 16
-        labels = data[pos:pos + 8 * size]
-        pos += 8 * size
-        x = data[pos:pos + size * sample_bytes]
-        pos += size * sample_bytes
-        assert len(x) == size * sample_bytes, "short dump"
-        batches.append((index, labels, x))
-    return batches
-
-
-def py_batches(loader):
-    return [(x.numpy().tobytes(), y.numpy().tobytes()) for x, y in loader]
-
-
-def expect_raises(exc, fn, *needles):
-    try:
-        fn()
-    except exc as e:
-        for n in needles:
-            assert n in str(e), "message %r lacks %r" % (str(e), n)
-        return str(e)
-    raise AssertionError("no %s raised" % exc.__name__)
+from module_common import (SKIP, N, DUMP_RECORDS, np, torch, kiln, synth, cpp_batches,
+                           parse_dump, py_batches, expect_raises, run)
 
 
 # ---- the checks ------------------------------------------------------------
@@ -547,27 +479,5 @@ def check_native_bf16(tmp):
 CHECKS = {name[len("check_"):]: fn for name, fn in globals().items()
           if name.startswith("check_")}
 
-
-def main():
-    names = list(CHECKS) if CHECK == "all" else [CHECK]
-    failed = 0
-    for name in names:
-        if name not in CHECKS:
-            print("unknown check %r; known: %s" % (name, ", ".join(CHECKS)))
-            return 2
-        tmp = tempfile.mkdtemp(prefix="kiln_module_test.")
-        try:
-            CHECKS[name](tmp)
-            print("ok   %s" % name)
-        except Exception:
-            import traceback
-            traceback.print_exc(file=sys.stdout)
-            print("FAIL %s" % name)
-            failed += 1
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return 1 if failed else 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(CHECKS))
