@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "command.h"
+#include "core/page_cache.h"
 #include "doctor.h"
 #include "kiln/cache_layout.h"
 #include "kiln/cache_reader.h"
@@ -131,12 +132,17 @@ void PrintProvenance(const std::string& dir, uint64_t disk) {
   std::string text;
   MemInfo mem;
   if (ReadWholeFile("/proc/meminfo", &text).ok() && ParseMemInfo(text, &mem).ok()) {
-    const bool fits = disk <= mem.available;
-    std::cout << "memory:        " << (fits ? "fits" : "does not fit") << " in this machine's "
-              << HumanBytes(static_cast<double>(mem.available)) << " of available RAM"
+    mem.cgroup_limit = CgroupMemoryLimit();
+    const bool fits = disk <= mem.usable();
+    const std::string usable = HumanBytes(static_cast<double>(mem.usable()));
+    std::cout << "memory:        " << (fits ? "fits" : "does not fit")
+              << (mem.usable() < mem.available
+                      ? " in the " + usable + " this memory cgroup allows"
+                      : " in this machine's " + usable + " of available RAM")
               << (fits ? ": after the first epoch, epochs read from the page cache\n"
-                       : ": every epoch reads the disk; use a smaller --size or --dtype uint8, or "
-                         "a machine with more RAM\n");
+                       : ": every epoch reads all of it from the disk, at the disk's speed (kiln "
+                         "bench CACHE --cold measures it); use a smaller --size or --dtype uint8, "
+                         "or a machine with more RAM\n");
   }
 }
 

@@ -1,5 +1,7 @@
 #include "doctor.h"
 
+#include "core/page_cache.h"
+
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <lmdb.h>
@@ -265,21 +267,32 @@ Status CacheFindings(const std::string& dir, const MemInfo& mem, std::vector<Fin
   size.text = Bytes(bytes) + " (" + std::to_string(m.count) + " records of " +
               Bytes(reader->record_bytes()) + "), " + std::to_string(cached) +
               "% in the page cache now; ";
+  const std::string usable =
+      Bytes(mem.usable()) + (mem.usable() < mem.available ? " the memory cgroup allows" : " of available RAM");
+  // Without the page cache an epoch reads the whole cache from the disk: the
+  // loader reads ahead, so the disk's speed sets the epoch's time.
+  const std::string every_epoch =
+      "every epoch reads all " + Bytes(bytes) +
+      " from the disk and takes at least that over the disk's speed (kiln bench " + dir +
+      " --cold measures it)";
   if (mem.total == 0) {
     size.level = FindingLevel::kInfo;
     size.text += "RAM unknown, so whether it fits in the page cache is too.";
-  } else if (bytes <= mem.available) {
-    size.text += "it fits in the " + Bytes(mem.available) +
-                 " of available RAM, so epochs after the first read it from memory.";
-  } else if (bytes <= mem.total) {
+  } else if (bytes <= mem.usable()) {
+    size.text += "it fits in the " + usable + ", so epochs after the first read it from memory.";
+  } else if (bytes <= mem.total && (mem.cgroup_limit == 0 || bytes <= mem.cgroup_limit)) {
     size.level = FindingLevel::kWarn;
-    size.text += "it fits in RAM (" + Bytes(mem.total) + ") but not in the " +
-                 Bytes(mem.available) + " available: free memory, or epochs re-read it from disk.";
+    size.text += "it fits in RAM (" + Bytes(mem.total) + ") but not in the " + usable +
+                 ": free memory, or " + every_epoch + ".";
   } else {
     size.level = FindingLevel::kWarn;
-    size.text += "larger than RAM (" + Bytes(mem.total) +
-                 "), so every epoch reads it from disk: rebuild with a smaller --dtype (float16, "
-                 "uint8) or --resize, or keep it on the fastest disk.";
+    size.text += "larger than " +
+                 (mem.cgroup_limit && mem.cgroup_limit < mem.total
+                      ? "the memory cgroup's limit (" + Bytes(mem.cgroup_limit) + ")"
+                      : "RAM (" + Bytes(mem.total) + ")") +
+                 ": " + every_epoch +
+                 "; rebuild with a smaller --dtype (float16, uint8) or --resize, or keep it on the "
+                 "fastest disk.";
   }
   out->push_back(size);
 
@@ -509,8 +522,10 @@ Status RunDoctor(const DoctorOptions& o, std::vector<Finding>* findings, bool* c
   *cache_ok = true;
   findings->push_back(CpuFinding(ProbeCpus(o.cgroup_cpu_max)));
   MemInfo mem;
-  if (ParseMemInfo(ReadText(o.meminfo), &mem).ok())
+  if (ParseMemInfo(ReadText(o.meminfo), &mem).ok()) {
+    if (o.meminfo == "/proc/meminfo") mem.cgroup_limit = CgroupMemoryLimit();
     findings->push_back(MemoryFinding(mem));
+  }
   else
     findings->push_back(
         {FindingLevel::kInfo, "memory", o.meminfo + " is unreadable: RAM unknown."});

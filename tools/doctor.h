@@ -12,6 +12,7 @@
 #ifndef KILN_TOOLS_DOCTOR_H_
 #define KILN_TOOLS_DOCTOR_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -66,6 +67,10 @@ Finding CpuFinding(const CpuFacts& cpu);
 struct MemInfo {
   uint64_t total = 0;      // MemTotal, bytes
   uint64_t available = 0;  // MemAvailable, bytes
+  uint64_t cgroup_limit = 0;  // this process's memory cgroup limit, bytes; 0 = none
+  // What the page cache can hold for this process: MemAvailable, capped by
+  // the cgroup's limit.
+  uint64_t usable() const { return cgroup_limit ? std::min(available, cgroup_limit) : available; }
 };
 // Parses /proc/meminfo's text. Returns Corruption without both fields.
 Status ParseMemInfo(const std::string& text, MemInfo* out);

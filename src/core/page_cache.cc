@@ -69,7 +69,7 @@ bool ReadNumber(const std::string& path, uint64_t* out) {
 }
 
 // The memory limit of this process's cgroup (v1 or v2), or 0 for none.
-uint64_t CgroupLimit() {
+uint64_t CgroupLimitOf() {
   std::ifstream in("/proc/self/cgroup");
   std::string line;
   uint64_t limit = 0;
@@ -124,8 +124,21 @@ void SetPageAdvisorFactoryForTesting(std::function<std::unique_ptr<PageAdvisor>(
   TestFactory() = std::move(factory);
 }
 
+SequentialReadAhead::SequentialReadAhead(uint64_t window)
+    : advisor_(MakePageAdvisor()), window_(window) {}
+
+void SequentialReadAhead::Reached(const uint8_t* p) {
+  if (p < begin_ || p > end_) begin_ = end_ = p;  // a new file, or a jump
+  if (end_ - p >= static_cast<std::ptrdiff_t>(window_ / 2)) return;
+  const uint8_t* until = p + window_;
+  advisor_->WillNeed(end_, static_cast<uint64_t>(until - end_));
+  end_ = until;
+}
+
+uint64_t CgroupMemoryLimit() { return CgroupLimitOf(); }
+
 uint64_t AvailableMemoryBytes() {
-  const uint64_t avail = MemAvailable(), limit = CgroupLimit();
+  const uint64_t avail = MemAvailable(), limit = CgroupMemoryLimit();
   if (avail == 0) return limit;
   return limit ? std::min(avail, limit) : avail;
 }

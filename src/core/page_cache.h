@@ -29,6 +29,25 @@ class PageAdvisor {
   virtual void WillNeed(const uint8_t* p, uint64_t n) = 0;
 };
 
+// For a pass that reads a mapped file from start to end (kiln verify, the
+// duplicate scan): keeps the next `window` bytes past the place the pass
+// has reached requested from the disk, so that a cold shard is read at
+// the disk's sequential speed rather than a page per fault. Works on any
+// mapping (a shared LMDB map's advice is left alone). One per pass.
+class SequentialReadAhead {
+ public:
+  explicit SequentialReadAhead(uint64_t window = uint64_t{64} << 20);
+  // The pass has reached `p`; asks for more when less than half the window
+  // is left ahead of it. A jump backwards starts over from `p`.
+  void Reached(const uint8_t* p);
+
+ private:
+  std::unique_ptr<PageAdvisor> advisor_;
+  uint64_t window_;
+  const uint8_t* begin_ = nullptr;  // [begin_, end_) has been asked for
+  const uint8_t* end_ = nullptr;
+};
+
 // The kernel's advisor, or what the test factory makes.
 std::unique_ptr<PageAdvisor> MakePageAdvisor();
 // The kernel's advisor always.
@@ -41,6 +60,10 @@ void SetPageAdvisorFactoryForTesting(std::function<std::unique_ptr<PageAdvisor>(
 // (cgroup v1 memory.limit_in_bytes, v2 memory.max). 0 when neither can be
 // read.
 uint64_t AvailableMemoryBytes();
+
+// This process's memory cgroup limit in bytes (v1 memory.limit_in_bytes,
+// v2 memory.max), 0 when there is none.
+uint64_t CgroupMemoryLimit();
 
 // The read-ahead budget of LoaderOptions::readahead_bytes = kAutoReadAhead:
 // 256 MiB, or a quarter of AvailableMemoryBytes() when that is less (read

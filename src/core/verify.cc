@@ -16,6 +16,7 @@
 #include "kiln/file.h"
 #include "core/lmdb_check.h"
 #include "core/lmdb_env.h"
+#include "core/page_cache.h"
 #include "core/shard_digest.h"
 #include "kiln/cache_reader.h"
 #include "kiln/manifest.h"
@@ -152,10 +153,20 @@ class Verifier {
       Problem(Kind::kShardFile, -1, info.file, s.message());
       return;
     }
-    // Reserved for the records the shard holds (the structure walk counted
-    // them), not for the manifest's count, which may claim 2^40 of them.
-    std::vector<Slot> slots;
-    slots.reserve(std::min(structure.entries, info.count));
+    // One pass in key order, which is file order: headers as the cursor
+    // reaches them, checksums a block (64 MB) at a time in parallel, the
+    // next bytes read ahead - a cold shard is read once, sequentially,
+    // also when it is larger than memory.
+    const bool full = opt_.level >= VerifyLevel::kFull;
+    shard_done_ = 0;
+    SequentialReadAhead ahead;
+    std::vector<Slot> block;
+    uint64_t block_bytes = 0;
+    // The stored checksums in key order, for the shard's digest; reserved
+    // for the records the shard holds (the structure walk counted them), not
+    // for the manifest's count, which may claim 2^40 of them.
+    std::vector<uint64_t> checksums;
+    checksums.reserve(std::min(structure.entries, info.count));
     uint64_t expect = info.first;
     const uint64_t end = info.first + info.count;
     uint64_t found = 0;
@@ -175,16 +186,39 @@ class Verifier {
       }
       Missing(info, expect, idx);
       expect = idx + 1;
-      CheckHeader(info, idx, static_cast<const uint8_t*>(v.mv_data), v.mv_size, &slots);
+      const uint8_t* value = static_cast<const uint8_t*>(v.mv_data);
+      if (full) ahead.Reached(value);
+      const size_t before = block.size();
+      CheckHeader(info, idx, value, v.mv_size, &block);
+      if (block.size() > before) {
+        checksums.push_back(block.back().checksum);
+        block_bytes += v.mv_size;
+      }
+      if (!full) block.clear();
+      if (block_bytes >= kBlockBytes) {
+        CheckPayloads(info, block);
+        block.clear();
+        block_bytes = 0;
+      }
       return true;
     });
+    if (full) CheckPayloads(info, block);
     if (!s.ok()) Problem(Kind::kShardFile, -1, info.file, "cannot read shard: " + s.message());
     Missing(info, expect, end);
     if (found != info.count)
       Problem(Kind::kShardMismatch, -1, info.file, "shard holds " + std::to_string(found) + " records, manifest says " +
                                  std::to_string(info.count));
     rep_->records_checked += found;
-    if (opt_.level >= VerifyLevel::kFull) CheckPayloads(info, slots);
+    if (full) {
+      ShardDigest digest;
+      for (uint64_t c : checksums) digest.Add(c);
+      // A shard with missing or damaged records already has problems; the
+      // digest tells about records replaced by other valid ones.
+      if (checksums.size() == info.count && digest.Hex() != info.digest)
+        Problem(Kind::kShardMismatch, -1, info.file,
+                "shard digest differs from the manifest (records replaced, or the "
+                "manifest edited)");
+    }
     progress_done_ += info.count;
     Report(progress_done_, false);
   }
@@ -236,34 +270,24 @@ class Verifier {
     slots->push_back({idx, value, size, h.checksum});
   }
 
+  // Checksums (and NaN/Inf) of a block of records, in parallel.
   void CheckPayloads(const ShardInfo& info, const std::vector<Slot>& slots) {
-    // Blocks of records, so that progress can be reported between them.
-    // About 64 MB of payload per block.
-    const size_t kBlock =
-        slots.empty() ? 1 : std::max<size_t>(64, (size_t{64} << 20) / std::max<size_t>(1, slots[0].size));
-    std::unique_ptr<tbb::task_arena> arena;
-    if (opt_.threads > 0) arena = std::make_unique<tbb::task_arena>(opt_.threads);
-    for (size_t begin = 0; begin < slots.size(); begin += kBlock) {
-      const size_t end = std::min(slots.size(), begin + kBlock);
-      auto work = [&] {
-        tbb::parallel_for(tbb::blocked_range<size_t>(begin, end, 16),
-                          [&](const tbb::blocked_range<size_t>& r) {
-                            for (size_t i = r.begin(); i != r.end(); ++i)
-                              CheckPayload(info, slots[i]);
-                          });
-      };
-      if (arena) arena->execute(work);
-      else work();
-      for (size_t i = begin; i < end; ++i) rep_->bytes_checked += slots[i].size;
-      Report(progress_done_ + end, false);
+    if (slots.empty()) return;
+    auto work = [&] {
+      tbb::parallel_for(tbb::blocked_range<size_t>(0, slots.size(), 16),
+                        [&](const tbb::blocked_range<size_t>& r) {
+                          for (size_t i = r.begin(); i != r.end(); ++i) CheckPayload(info, slots[i]);
+                        });
+    };
+    if (opt_.threads > 0) {
+      if (!arena_) arena_ = std::make_unique<tbb::task_arena>(opt_.threads);
+      arena_->execute(work);
+    } else {
+      work();
     }
-    ShardDigest digest;
-    for (const Slot& s : slots) digest.Add(s.checksum);
-    // A shard with missing or damaged records already has problems; the
-    // digest tells about records replaced by other valid ones.
-    if (slots.size() == info.count && digest.Hex() != info.digest)
-      Problem(Kind::kShardMismatch, -1, info.file, "shard digest differs from the manifest (records replaced, or the "
-                             "manifest edited)");
+    for (const Slot& s : slots) rep_->bytes_checked += s.size;
+    shard_done_ += slots.size();
+    Report(progress_done_ + shard_done_, false);
   }
 
   void CheckPayload(const ShardInfo& info, const Slot& s) {
@@ -280,6 +304,10 @@ class Verifier {
 
   std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
   uint64_t progress_done_ = 0;  // records of the shards done so far
+  uint64_t shard_done_ = 0;     // records of the current shard checksummed so far
+  // Checksums run a block of about this many bytes at a time.
+  static constexpr uint64_t kBlockBytes = uint64_t{64} << 20;
+  std::unique_ptr<tbb::task_arena> arena_;  // opt_.threads > 0
   std::string dir_;
   VerifyOptions opt_;
   VerifyReport* rep_;

@@ -190,6 +190,16 @@ TEST_CASE("a cache: its filesystem, its size against RAM, verify --level quick",
     REQUIRE(CacheFindings(dir.path(), Ram(bytes * 2, bytes / 2), &f, &ok).ok());
     CHECK_THAT(FindTopic(f, "cache size")->text, Catch::Contains("but not in the"));
   }
+  SECTION("larger than the memory cgroup's limit: every epoch reads the disk") {
+    MemInfo mem = Ram(bytes * 100, bytes * 10);
+    mem.cgroup_limit = bytes / 3;
+    f.clear();
+    REQUIRE(CacheFindings(dir.path(), mem, &f, &ok).ok());
+    CHECK(FindTopic(f, "cache size")->level == FindingLevel::kWarn);
+    CHECK_THAT(FindTopic(f, "cache size")->text,
+               Catch::Contains("larger than the memory cgroup's limit") &&
+                   Catch::Contains("every epoch reads all") && Catch::Contains("--cold"));
+  }
   SECTION("a damaged cache is a warning and not ok") {
     std::filesystem::remove(dir / "shard-00001.mdb");
     f.clear();
