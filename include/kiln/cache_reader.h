@@ -57,6 +57,18 @@ class ReadTxn {
   // the shard and index otherwise. `out` is valid until Reset().
   Status Get(uint64_t index, RecordView* out, bool verify_checksum = false);
 
+  // Record `index` read with pread(2) instead of through the memory map:
+  // its header into `header` (kRecordHeaderSize bytes) and its payload into
+  // `payload` (the manifest's record_bytes()), with Get's checks. For a
+  // cache that is not in memory: a copy from the map would fault in each
+  // page of it (slow where page faults are, as in virtual machines), a read
+  // takes them straight from the page cache, and a truncated file is an
+  // error, never a SIGBUS. `out->data` points to `payload` - or, for a
+  // record kiln cannot place in the file, into the map as Get's: copy from
+  // out->data.
+  Status Read(uint64_t index, uint8_t* header, void* payload, RecordView* out,
+              bool verify_checksum = false);
+
   // Where record `index`'s stored value (header and payload) lies in its
   // shard's memory map, without reading a byte of it and without any
   // check: for read-ahead, which asks the disk for those bytes before they
@@ -72,6 +84,10 @@ class ReadTxn {
  private:
   friend class CacheReader;
   explicit ReadTxn(const CacheReader* reader);
+  // Get's checks of a decoded header; `value` holds the header (and, for
+  // the checksum, the payload at `payload`).
+  Status Check(uint64_t index, const uint8_t* header, const void* payload, size_t value_size,
+               bool verify_checksum, RecordView* out);
   struct Shard;
   const CacheReader* reader_;
   std::vector<std::unique_ptr<Shard>> shards_;
@@ -102,6 +118,7 @@ class CacheReader {
     std::string path;
     const uint8_t* base = nullptr;
     uint64_t file_bytes = 0;  // the shard's size
+    int fd = -1;              // LMDB's descriptor of the file (for pread; do not close)
   };
   Mapping mapping(int i) const;
 

@@ -108,6 +108,10 @@ Status DecodeRecordHeader(uint64_t index, const uint8_t* value, size_t value_siz
 // Recomputes the checksum of a stored value already checked by
 // DecodeRecordHeader. Returns Corruption naming `index` on mismatch.
 Status VerifyRecordChecksum(uint64_t index, const uint8_t* value, const RecordHeader& h);
+// The same for a value whose header and payload lie apart (read into two
+// buffers).
+Status VerifyRecordChecksum(uint64_t index, const uint8_t* header, const void* payload,
+                            const RecordHeader& h);
 
 }  // namespace kiln
 

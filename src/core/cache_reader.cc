@@ -1,5 +1,11 @@
 #include "kiln/cache_reader.h"
 
+#include <sys/uio.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
 #include "kiln/file.h"
 #include "core/lmdb_check.h"
 #include "core/lmdb_env.h"
@@ -65,7 +71,7 @@ Status CacheReader::Open(const std::string& dir, const ReaderOptions& options,
 
 CacheReader::Mapping CacheReader::mapping(int i) const {
   const LmdbEnv& env = *envs_[i]->env;
-  return {env.path(), env.map(), manifest_.shards[i].bytes};
+  return {env.path(), env.map(), manifest_.shards[i].bytes, env.fd()};
 }
 
 std::unique_ptr<ReadTxn> CacheReader::BeginRead() const {
@@ -122,15 +128,55 @@ Status ReadTxn::Get(uint64_t index, RecordView* out, bool verify_checksum) {
   const uint8_t* value = nullptr;
   uint64_t size = 0;
   KILN_RETURN_IF_ERROR(Locate(index, &value, &size));
+  return Check(index, value, value + kRecordHeaderSize, size, verify_checksum, out);
+}
+
+Status ReadTxn::Read(uint64_t index, uint8_t* header, void* payload, RecordView* out,
+                     bool verify_checksum) {
+  const uint8_t* value = nullptr;
+  uint64_t size = 0;
+  KILN_RETURN_IF_ERROR(Locate(index, &value, &size));
+  const int si = reader_->manifest().ShardFor(index);
+  const CacheReader::Mapping m = reader_->mapping(si);
+  const uint64_t want = kRecordHeaderSize + reader_->record_bytes();
+  // A value kiln cannot place in the file, or not of the manifest's size
+  // (the mapped path's checks then say what is wrong with it).
+  if (m.base == nullptr || m.fd < 0 || size != want) return Get(index, out, verify_checksum);
+  uint64_t offset = static_cast<uint64_t>(value - m.base);
+  struct iovec iov[2] = {{header, kRecordHeaderSize}, {payload, size - kRecordHeaderSize}};
+  uint64_t left = size;
+  while (left > 0) {
+    const ssize_t got = preadv(m.fd, iov, 2, static_cast<off_t>(offset));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0)
+      return Status::Corruption(m.path + ": record " + std::to_string(index) + ": " +
+                                (got < 0 ? std::string("read failed: ") + std::strerror(errno)
+                                         : std::string("the file ends inside it (truncated)")));
+    // A short read: go on after what arrived.
+    uint64_t n = static_cast<uint64_t>(got);
+    left -= n;
+    offset += n;
+    for (auto& v : iov) {
+      const uint64_t take = std::min<uint64_t>(n, v.iov_len);
+      v.iov_base = static_cast<uint8_t*>(v.iov_base) + take;
+      v.iov_len -= take;
+      n -= take;
+    }
+  }
+  return Check(index, header, payload, size, verify_checksum, out);
+}
+
+Status ReadTxn::Check(uint64_t index, const uint8_t* header, const void* payload,
+                      size_t value_size, bool verify_checksum, RecordView* out) {
   const Manifest& m = reader_->manifest();
-  const LmdbEnv& env = *reader_->shard_env(m.ShardFor(index)).env;
+  const std::string& path = reader_->shard_env(m.ShardFor(index)).env->path();
   RecordHeader h;
-  KILN_RETURN_IF_ERROR(DecodeRecordHeader(index, value, size, &h).WithContext(env.path()));
-  KILN_RETURN_IF_ERROR(CheckRecordAgainstManifest(m, index, h).WithContext(env.path()));
+  KILN_RETURN_IF_ERROR(DecodeRecordHeader(index, header, value_size, &h).WithContext(path));
+  KILN_RETURN_IF_ERROR(CheckRecordAgainstManifest(m, index, h).WithContext(path));
   if (verify_checksum)
-    KILN_RETURN_IF_ERROR(VerifyRecordChecksum(index, value, h).WithContext(env.path()));
+    KILN_RETURN_IF_ERROR(VerifyRecordChecksum(index, header, payload, h).WithContext(path));
   out->index = index;
-  out->data = value + kRecordHeaderSize;
+  out->data = static_cast<const uint8_t*>(payload);
   out->bytes = h.payload_bytes;
   out->dtype = h.dtype;
   out->shape = h.shape;

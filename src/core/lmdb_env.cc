@@ -162,6 +162,12 @@ Status LmdbEnv::OpenForRead(const std::string& path, unsigned max_readers) {
   return Status::IOError(path + ": cannot open");
 }
 
+int LmdbEnv::fd() const {
+  mdb_filehandle_t fd = -1;
+  if (env_ == nullptr || mdb_env_get_fd(env_, &fd) != MDB_SUCCESS) return -1;
+  return fd;
+}
+
 void LmdbEnv::Close() {
   if (env_ != nullptr) mdb_env_close(env_);
   env_ = nullptr;

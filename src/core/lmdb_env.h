@@ -45,6 +45,8 @@ class LmdbEnv {
   // mdb_get lies at map() + its offset in the file. Null for writers, for
   // an empty database and for pages of another size than the OS's.
   const uint8_t* map() const { return map_; }
+  // LMDB's descriptor of the data file (-1 when closed); LMDB owns it.
+  int fd() const;
   // REQUIRES: no transaction active in this process on this env.
   Status SetMapSize(uint64_t bytes);
   // Number of records in the database.

@@ -80,6 +80,9 @@ class Loader::Impl {
     ra_budget_ = opt_.readahead_bytes == kAutoReadAhead ? DefaultReadAheadBytes()
                                                         : opt_.readahead_bytes;
     if (ra_budget_ > 0) {
+      // Cold epochs read a record whole before a crop or flip copies it.
+      if (opt_.crop > 0 || opt_.random_flip)
+        scratch_.assign(opt_.workers, std::vector<uint8_t>(reader_->record_bytes()));
       ra_txn_ = reader_->BeginRead();
       ra_advisor_ = MakePageAdvisor();
       ra_cum_.assign(kReadAheadBatches, 0);
@@ -123,8 +126,10 @@ class Loader::Impl {
     order_ = Order(epoch);
     epoch_ = epoch;
     next_claim_ = next_consume_ = start;
-    ra_on_ = false;  // until the read-ahead has sampled the new epoch
     ra_pos_ = start * opt_.batch_size;
+    // Cold or not, judged from a sample of the epoch's records before any
+    // worker starts (the read-ahead thread is idle: active_ is false).
+    ra_on_ = ra_budget_ > 0 && ra_pos_ < per_rank_ && !EpochResident(ra_pos_);
     ra_total_ = 0;
     if (!ra_cum_.empty()) ra_cum_[start % kReadAheadBatches] = 0;
     std::fill(state_.begin(), state_.end(), SlotState::kFree);
@@ -204,9 +209,10 @@ class Loader::Impl {
       const size_t s = b % slots_.size();
       state_[s] = SlotState::kFilling;
       slot_batch_[s] = b;
+      const bool cold = ra_on_;
       lock.unlock();
       // order_ and epoch_ stay put meanwhile: StartEpoch waits for kFilling.
-      Status st = Fill(txn, b, slots_[s]);
+      Status st = Fill(txn, b, slots_[s], cold, worker);
       txn->Reset();
       lock.lock();
       slot_status_[s] = st;
@@ -218,22 +224,37 @@ class Loader::Impl {
 
   // Fills batch b's slot. The reads run under the fault guard: a shard
   // changed under the map fails the batch, naming it, instead of the process.
-  Status Fill(ReadTxn* txn, uint64_t b, const BatchSlot& slot) {
+  //
+  // A cold epoch's records are read with pread (ReadTxn::Read) - straight
+  // into the slot, or into the worker's scratch buffer for a crop or flip -
+  // rather than copied from the map, whose pages would each fault in.
+  Status Fill(ReadTxn* txn, uint64_t b, const BatchSlot& slot, bool cold, int worker) {
     const uint64_t first = b * opt_.batch_size, count = BatchSize(b);
     uint8_t* dst = static_cast<uint8_t*>(slot.data);
+    const bool direct = opt_.crop == 0 && !opt_.random_flip;
     Status st;
     volatile uint64_t reading = order_[first];  // the record a fault interrupts
     std::string fault;
     const bool finished = GuardedRead(
         [&] {
+          uint8_t header[kRecordHeaderSize];
           for (uint64_t j = 0; j < count; ++j) {
             const uint64_t idx = order_[first + j];
             reading = idx;
+            uint8_t* out = dst + j * sample_bytes_;
             RecordView v;
-            st = txn->Get(idx, &v, opt_.verify_checksums);
-            if (!st.ok()) return;
-            slot.labels[j] = v.label;
-            CopySample(v.data, idx, dst + j * sample_bytes_);
+            if (cold) {
+              uint8_t* into = direct ? out : scratch_[worker].data();
+              st = txn->Read(idx, header, into, &v, opt_.verify_checksums);
+              if (!st.ok()) return;
+              slot.labels[j] = v.label;
+              if (v.data != out) CopySample(v.data, idx, out);
+            } else {
+              st = txn->Get(idx, &v, opt_.verify_checksums);
+              if (!st.ok()) return;
+              slot.labels[j] = v.label;
+              CopySample(v.data, idx, out);
+            }
           }
         },
         &fault);
@@ -292,8 +313,8 @@ class Loader::Impl {
   }
 
   // Whether the epoch's records are in the page cache, from a sample spread
-  // over the positions [from, per_rank_). Runs without mu_ (it may fault in
-  // LMDB's tree pages); order_ stays put while ra_busy_ is set.
+  // over the positions [from, per_rank_). REQUIRES: mu_ held, the workers
+  // and the read-ahead idle (StartEpoch); it may read LMDB's tree pages.
   bool EpochResident(uint64_t from) {
     const uint64_t n = per_rank_ - from;
     bool resident = true;
@@ -319,16 +340,8 @@ class Loader::Impl {
         return stop_ || (active_ && generation != ra_generation_) || ReadAheadCanStep(generation);
       });
       if (stop_) return;
-      if (generation != ra_generation_) {  // a new epoch: does it need read-ahead?
+      if (generation != ra_generation_) {  // a new epoch (StartEpoch judged it)
         generation = ra_generation_;
-        const uint64_t from = ra_pos_;
-        ra_busy_ = true;
-        lock.unlock();
-        const bool cold = from < per_rank_ && !EpochResident(from);
-        lock.lock();
-        ra_busy_ = false;
-        if (generation == ra_generation_) ra_on_ = cold;
-        if (starting_) cv_.notify_all();  // StartEpoch waits for ra_busy_
         continue;
       }
       // The next record: where it lies (LMDB's tree pages only), then, when
@@ -426,6 +439,7 @@ class Loader::Impl {
   bool active_ = false, stop_ = false;
   Status failed_;  // the error that ended this epoch's stream, if one did
   std::vector<std::unique_ptr<ReadTxn>> txns_;  // one per worker
+  std::vector<std::vector<uint8_t>> scratch_;   // per worker: a record, for cold crops
   std::vector<std::thread> threads_;
 
   // Read-ahead (see above); the thread exists when ra_budget_ > 0.

@@ -171,7 +171,12 @@ Status DecodeRecordHeader(uint64_t index, const uint8_t* v, size_t size, RecordH
 }
 
 Status VerifyRecordChecksum(uint64_t index, const uint8_t* v, const RecordHeader& h) {
-  const uint64_t got = RecordChecksum(index, v, v + kRecordHeaderSize, h.payload_bytes);
+  return VerifyRecordChecksum(index, v, v + kRecordHeaderSize, h);
+}
+
+Status VerifyRecordChecksum(uint64_t index, const uint8_t* header, const void* payload,
+                            const RecordHeader& h) {
+  const uint64_t got = RecordChecksum(index, header, payload, h.payload_bytes);
   if (got != h.checksum)
     return Status::Corruption(RecordName(index) + ": checksum mismatch (payload or header damaged, "
                               "or the record is stored under the wrong index)");

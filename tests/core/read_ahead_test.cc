@@ -79,8 +79,6 @@ class CountingScope {
   ~CountingScope() { SetPageAdvisorFactoryForTesting(nullptr); }
 };
 
-
-
 // One epoch's samples in order; `released` (if given) counts each batch
 // before its slot goes back, after `pause` (a slow consumer, which lets
 // the workers fill the ring and the read-ahead run ahead of them).
