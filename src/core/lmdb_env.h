@@ -41,8 +41,6 @@ class LmdbEnv {
   uint64_t map_size() const { return map_size_; }
   // REQUIRES: no transaction active in this process on this env.
   Status SetMapSize(uint64_t bytes);
-  // Number of records in the database.
-  Status Entries(uint64_t* n) const;
 
  private:
   Status OpenDbi(bool write);
