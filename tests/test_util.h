@@ -8,6 +8,7 @@
 
 #include "kiln/cache_writer.h"
 #include "kiln/record.h"
+#include "test_skip.h"
 
 namespace kiln::testing {
 

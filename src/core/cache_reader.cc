@@ -48,9 +48,12 @@ Status CacheReader::Open(const std::string& dir, const ReaderOptions& options,
       return Status::Corruption(path + ": shard is " + std::to_string(size) +
                                 " bytes, the manifest says " + std::to_string(s.bytes) +
                                 (size < s.bytes ? " (truncated)" : " (modified)"));
-    // Damaged meta pages would crash LMDB on its first read; the pages of
-    // the tree are proven by kiln verify (core/lmdb_check.h).
-    st = CheckLmdbMeta(path, size);
+    // LMDB trusts its pages: damaged ones would crash this process inside
+    // LMDB (core/lmdb_check.h). The tree walk reads the branch and leaf
+    // pages and checks overflow values by arithmetic; kiln verify reads
+    // their headers too.
+    LmdbFileSummary structure;
+    st = CheckLmdbFile(path, size, LmdbWalk::kTree, &structure);
     if (st.IsCorruption())
       return Status::Corruption(st.message() + "; rebuild the cache (kiln build --force) or "
                                 "restore the shard");
@@ -58,10 +61,9 @@ Status CacheReader::Open(const std::string& dir, const ReaderOptions& options,
     auto env = std::make_unique<ShardEnv>();
     KILN_RETURN_IF_ERROR(OpenSharedForRead(path, options.max_readers, &env->env)
                              .WithContext("opening shard"));
-    uint64_t entries = 0;
-    KILN_RETURN_IF_ERROR(env->env->Entries(&entries));
-    if (entries != s.count)
-      return Status::Corruption(path + ": shard holds " + std::to_string(entries) +
+    // The walk counted the entries (and matched the meta page's count).
+    if (structure.entries != s.count)
+      return Status::Corruption(path + ": shard holds " + std::to_string(structure.entries) +
                                 " records, the manifest says " + std::to_string(s.count));
     r->envs_.push_back(std::move(env));
   }

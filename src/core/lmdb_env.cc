@@ -181,15 +181,6 @@ Status LmdbEnv::SetMapSize(uint64_t bytes) {
   return LmdbStatus(rc, path_ + ": growing the map");
 }
 
-Status LmdbEnv::Entries(uint64_t* n) const {
-  LmdbTxn txn;
-  KILN_RETURN_IF_ERROR(txn.Begin(*this, true));
-  MDB_stat st;
-  KILN_RETURN_IF_ERROR(LmdbStatus(mdb_stat(txn.get(), dbi_, &st), path_));
-  *n = st.ms_entries;
-  return Status::OK();
-}
-
 Status ForEachRecord(const LmdbEnv& env, const LmdbTxn& txn,
                      const std::function<bool(const MDB_val& key, const MDB_val& value)>& fn) {
   MDB_cursor* cur = nullptr;

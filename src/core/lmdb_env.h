@@ -49,8 +49,6 @@ class LmdbEnv {
   int fd() const;
   // REQUIRES: no transaction active in this process on this env.
   Status SetMapSize(uint64_t bytes);
-  // Number of records in the database.
-  Status Entries(uint64_t* n) const;
 
  private:
   Status OpenDbi(bool write);

@@ -130,7 +130,7 @@ class Verifier {
     // LMDB trusts its pages: a damaged one would crash this process, so the
     // file's structure is proven first (core/lmdb_check.h).
     LmdbFileSummary structure;
-    s = CheckLmdbFile(path, size, &structure);
+    s = CheckLmdbFile(path, size, LmdbWalk::kFull, &structure);
     if (!s.ok()) {
       Problem(Kind::kShardFile, -1, info.file,
               s.message() + "; its records" +

@@ -5,6 +5,7 @@
 #include <map>
 #include <new>
 #include <set>
+#include <utility>
 
 #include "kiln/cache_reader.h"
 #include "kiln/loader.h"
@@ -83,6 +84,20 @@ Epoch RunEpoch(Loader* loader, Ring* ring, uint64_t epoch, uint64_t start = 0) {
   return e;
 }
 
+// The K x K window at (y0, x0) of record `idx`, a uint8 CxHxW record,
+// mirrored left to right if `flip`.
+std::vector<uint8_t> Window(ReadTxn* txn, uint64_t idx, uint32_t k, uint32_t y0, uint32_t x0,
+                            bool flip) {
+  RecordView v;
+  REQUIRE(txn->Get(idx, &v).ok());
+  const uint32_t c = v.shape.dims[0], h = v.shape.dims[1], w = v.shape.dims[2];
+  std::vector<uint8_t> out;
+  for (uint32_t ch = 0; ch < c; ++ch)
+    for (uint32_t y = 0; y < k; ++y)
+      for (uint32_t x = 0; x < k; ++x)
+        out.push_back(v.data[(ch * h + y0 + y) * w + x0 + (flip ? k - 1 - x : x)]);
+  return out;
+}
 
 }  // namespace
 
@@ -177,14 +192,7 @@ TEST_CASE("crop and flip produce the right pixels", "[loader]") {
   Fixture f(40, MakeShape({C, H, W}));
   auto txn = f.reader->BeginRead();
   auto window = [&](uint64_t idx, uint32_t y0, uint32_t x0, bool flip) {
-    RecordView v;
-    REQUIRE(txn->Get(idx, &v).ok());
-    std::vector<uint8_t> out;
-    for (uint32_t c = 0; c < C; ++c)
-      for (uint32_t y = 0; y < K; ++y)
-        for (uint32_t x = 0; x < K; ++x)
-          out.push_back(v.data[(c * H + y0 + y) * W + x0 + (flip ? K - 1 - x : x)]);
-    return out;
+    return Window(txn.get(), idx, K, y0, x0, flip);
   };
   SECTION("center crop, as torchvision rounds it") {
     LoaderOptions o;
@@ -227,6 +235,31 @@ TEST_CASE("crop and flip produce the right pixels", "[loader]") {
     CHECK(flips > 5);
     CHECK(flips < 35);
     CHECK(offsets.size() > 5);
+  }
+}
+
+TEST_CASE("the center crop starts where torchvision's CenterCrop does, for odd and even margins",
+          "[loader]") {
+  // CenterCrop: int(round(margin / 2)) in Python, half to even: 0.5 -> 0,
+  // 1.5 -> 2, 2.5 -> 2, 3.5 -> 4. A floor (1.5 -> 1, 3.5 -> 3) or rounding
+  // half up (0.5 -> 1, 2.5 -> 3) differs. tests/python/test_center_crop.py
+  // compares kiln.Loader with torchvision itself.
+  const uint32_t kTorchvision[] = {0, 0, 1, 2, 2, 2, 3, 4};  // the offset for margins 0..7
+  const uint32_t C = 2, K = 4;
+  const std::pair<uint32_t, uint32_t> margins[] = {{7, 4}, {5, 1}, {3, 6}, {0, 2}};
+  for (const auto& [mh, mw] : margins) {
+    Fixture f(12, MakeShape({C, K + mh, K + mw}));
+    LoaderOptions o;
+    o.shuffle = false;
+    o.crop = K;
+    Ring ring(2, 256, C * K * K);
+    auto l = MakeLoader(f.reader.get(), o, &ring);
+    const Epoch e = RunEpoch(l.get(), &ring, 0);
+    auto txn = f.reader->BeginRead();
+    INFO("margins " << mh << " (rows) and " << mw << " (columns)");
+    REQUIRE(e.samples.size() == 12);
+    for (uint64_t i = 0; i < 12; ++i)
+      CHECK(e.samples[i] == Window(txn.get(), i, K, kTorchvision[mh], kTorchvision[mw], false));
   }
 }
 

@@ -24,7 +24,9 @@ import sys
 import tempfile
 import traceback
 
-SKIP = 77
+# 77: CTest reports the test as skipped. Under KILN_TESTS_MUST_RUN=1 (tools/setup.sh test,
+# CI) everything is installed, and a skip fails the test instead.
+SKIP = 1 if os.environ.get("KILN_TESTS_MUST_RUN") == "1" else 77
 
 try:
     import numpy as np

@@ -20,7 +20,9 @@ import subprocess
 import sys
 import tempfile
 
-SKIP = 77
+# 77: CTest reports the test as skipped. Under KILN_TESTS_MUST_RUN=1 (tools/setup.sh test,
+# CI) everything is installed, and a skip fails the test instead.
+SKIP = 1 if os.environ.get("KILN_TESTS_MUST_RUN") == "1" else 77
 if len(sys.argv) != 3:
     print(__doc__)
     sys.exit(2)

@@ -21,12 +21,16 @@ import subprocess
 import sys
 import tempfile
 
+# 77: CTest reports the test as skipped. Under KILN_TESTS_MUST_RUN=1 (tools/setup.sh test,
+# CI) everything is installed, and a skip fails the test instead.
+SKIP = 1 if os.environ.get("KILN_TESTS_MUST_RUN") == "1" else 77
+
 try:
     import torch
     import torchvision
 except ImportError as e:
     print("SKIP: /usr/bin/python3 lacks a module: %s" % e)
-    sys.exit(77)
+    sys.exit(SKIP)
 
 KILN, SRC_DIR = sys.argv[1:3]
 
@@ -42,7 +46,7 @@ def run(*args, expect=0):
 help_text = subprocess.run([KILN, "--help"], stdout=subprocess.PIPE, text=True).stdout
 if " train " not in help_text or " build " not in help_text:
     print("SKIP: this kiln has no train or build subcommand")
-    sys.exit(77)
+    sys.exit(SKIP)
 
 failed = 0
 

@@ -15,12 +15,16 @@ import subprocess
 import sys
 import tempfile
 
+# 77: CTest reports the test as skipped. Under KILN_TESTS_MUST_RUN=1 (tools/setup.sh test,
+# CI) everything is installed, and a skip fails the test instead.
+SKIP = 1 if os.environ.get("KILN_TESTS_MUST_RUN") == "1" else 77
+
 try:
     import numpy as np
     from PIL import Image, features
 except ImportError as e:
     print("skipped: %s" % e)
-    sys.exit(77)
+    sys.exit(SKIP)
 
 KILN, SAMPLE = sys.argv[1], sys.argv[2]
 PHOTO = os.path.join(SAMPLE, "photos", "chelsea.jpg")

@@ -15,7 +15,10 @@ import subprocess
 import sys
 import tempfile
 
-SKIP = 77
+# 77: CTest reports the test as skipped. Under KILN_TESTS_MUST_RUN=1 (tools/setup.sh test,
+# CI) everything is installed, and a skip fails the test instead.
+MUST_RUN = os.environ.get("KILN_TESTS_MUST_RUN") == "1"
+SKIP = 1 if MUST_RUN else 77
 try:
     import matplotlib  # noqa: F401
     import matplotlib.image
@@ -100,7 +103,9 @@ def main():
             assert code == 0 and "2 epochs, " in log, log
             print("  plotted a real kiln train run: " + log.strip())
         else:
-            print("  no kiln-train beside kiln: the real-run check is skipped")
+            print("  SKIPPED: no kiln-train beside kiln: the real-run check did not run")
+            if MUST_RUN:
+                return 1
     except AssertionError:
         import traceback
         traceback.print_exc(file=sys.stdout)

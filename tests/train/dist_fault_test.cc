@@ -33,7 +33,7 @@ int StartRank(int rank, int world, const std::string& port, const std::string& a
 
 bool WithoutGloo(const std::string& log) {
   if (log.find("without c10d") == std::string::npos) return false;
-  WARN("kiln was built without Gloo: " << log);
+  Skip(SkipWhy::kNotBuilt, "kiln was built without Gloo: " + log);
   return true;
 }
 

@@ -18,8 +18,8 @@ namespace kiln::testing {
 
 // Caches of sample_data/fashion (300 train, 100 val 28x28 grayscale), built
 // with the kiln binary into `dir`/train and `dir`/val (the latter normalized
-// with `val_mean`). False (with a warning) when kiln was built without
-// images: the caller skips what needs them.
+// with `val_mean`). False when kiln was built without images, after
+// Skip(kNotBuilt): the caller returns.
 bool BuildSampleCaches(const TempDir& dir, const std::string& val_mean = "0.2860");
 
 // Options for a short, silent run on the CPU in fp32: batch 32, one epoch,
