@@ -120,8 +120,8 @@ int RunBuild(BuildArgs& a) {
   if (!r.up_to_date || r.written > 0) {
     std::cout << "kiln build: " << r.written << " written, " << r.rejected << " rejected";
     if (r.seconds > 0 && r.bytes > 0)
-      std::cout << " in " << r.seconds << " s (" << HumanBytes(r.bytes) << ", "
-                << HumanBytes(r.bytes / r.seconds) << "/s)";
+      std::cout << " in " << FormatDuration(r.seconds) << " (" << HumanBytes(r.bytes) << ", "
+                << FormatByteRate(r.bytes, r.seconds) << ")";
     std::cout << " ->";
     for (const auto& c : r.caches) std::cout << " " << c;
     std::cout << "\n";
@@ -189,7 +189,7 @@ int RunMerge(const std::string& out, const std::vector<std::string>& parts, bool
                                &r);
   if (!s.ok()) return ReportError("merge", s);
   std::cout << "kiln merge: " << r.parts << " parts, " << r.records << " records in " << r.shards
-            << " shards ->";
+            << " shards, in " << FormatDuration(r.seconds) << " ->";
   for (const auto& c : r.caches) std::cout << " " << c;
   std::cout << " (" << (r.copied_records ? std::to_string(r.copied_records) + " records rewritten"
                                          : std::string("no tensor data copied"))

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -10,13 +11,13 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "duplicate_report.h"
 #include "kiln/cache_reader.h"
 #include "kiln/cache_writer.h"
 #include "kiln/file.h"
 #include "kiln/ingest/build.h"
 #include "kiln/manifest.h"
 #include "kiln/verify.h"
-#include "duplicate_report.h"
 #include "sources_tsv.h"
 
 namespace kiln::ingest {
@@ -268,6 +269,7 @@ std::vector<std::string> FindParts(const std::string& dir) {
 
 Status MergeParts(const std::string& out, const std::vector<std::string>& parts, bool keep_parts,
                   const std::function<void(const std::string&)>& info, MergeResult* result) {
+  const auto t0 = std::chrono::steady_clock::now();
   MergeResult r;
   std::function<void(const std::string&)> say = info ? info : [](const std::string&) {};
   std::vector<SplitCache> merged;  // what the duplicate report covers
@@ -299,6 +301,7 @@ Status MergeParts(const std::string& out, const std::vector<std::string>& parts,
   }
   KILN_RETURN_IF_ERROR(ReportDuplicates(out, merged, 0, &r.duplicates));
   r.duplicates_file = out + "/" + kDuplicatesTsvName;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (result) *result = std::move(r);
   return Status::OK();
 }

@@ -116,6 +116,7 @@ struct MergeResult {
   uint64_t copied_records = 0;  // rewritten because an earlier part rejected inputs
   DuplicateCounts duplicates;   // over the merged caches (OUT/duplicates.tsv)
   std::string duplicates_file;
+  double seconds = 0;  // the whole merge, the duplicate report included
 };
 
 // kiln merge: joins the parts of a cache built with --num-parts N into one
