@@ -167,7 +167,11 @@ KILN_COMMAND(Command{
       sub->add_option("--threads", o.threads, "worker threads (0 = all cores)");
       sub->add_option("--max-pixels", o.max_pixels, "reject images over this many pixels (default 1e8)");
       sub->add_flag("--strict", o.strict, "any rejected input fails the build (exit 1)");
-      sub->add_flag("--force", o.force, "rebuild when sources or options changed");
+      sub->add_flag("--force", o.force,
+                    "rebuild from scratch, even an up-to-date cache (discards what OUT holds)");
+      sub->add_flag("--rebuild-if-changed", o.rebuild_if_changed,
+                    "rebuild when sources or options changed, keep an up-to-date cache "
+                    "(without it a changed cache is an error, exit 1)");
       sub->add_flag("--repair", o.repair,
                     "rewrite only the records that verify finds bad, from their sources "
                     "(same arguments as the original build)");
@@ -178,8 +182,9 @@ KILN_COMMAND(Command{
                       "SLURM_NTASKS or OMPI_COMM_WORLD_RANK/SIZE");
       sub->add_option("--part", a->part, "which part, 0 <= part < num-parts");
       AddExamples(sub, {"kiln build SRC OUT --resize 256 --crop 224 --norm imagenet",
-                            "kiln build SRC OUT --size 28x28 --channels 1 --norm auto "
-                            "--val-fraction 0.1"});
+                        "kiln build SRC OUT --size 28x28 --channels 1 --norm auto "
+                        "--val-fraction 0.1",
+                        "kiln build SRC OUT --resize 256 --crop 224 --force   # from scratch"});
       return [a] { return RunBuild(*a); };
     }});
 

@@ -43,6 +43,10 @@ Status CheckOptions(const BuildOptions& o) {
     return Status::InvalidArgument(
         "--repair works on a whole cache: merge the parts first "
         "(kiln merge), then repair the merged cache");
+  if (o.repair && (o.force || o.rebuild_if_changed))
+    return Status::InvalidArgument(
+        "--repair rewrites only the bad records of a cache; --force and --rebuild-if-changed "
+        "rebuild it: give one of them");
   if (o.channels != 1 && o.channels != 3)
     return Status::InvalidArgument("--channels must be 1 or 3");
   // What the recipe records must read back (Preprocessing::FromJson's ranges).
@@ -56,6 +60,11 @@ Status CheckOptions(const BuildOptions& o) {
   if (o.val_fraction < 0 || o.val_fraction >= 1)
     return Status::InvalidArgument("--val-fraction must be in [0, 1)");
   return Status::OK();
+}
+
+Rebuild RebuildOf(const BuildOptions& o) {
+  if (o.force) return Rebuild::kAlways;
+  return o.rebuild_if_changed ? Rebuild::kIfChanged : Rebuild::kNo;
 }
 
 class Builder {
@@ -214,7 +223,7 @@ class Builder {
     res_->caches.push_back(plan.dir);
     BuildStart start_kind;
     KILN_RETURN_IF_ERROR(
-        DecideStart(plan.dir, recipe, opt_.force, opt_.strict, info_, &start_kind));
+        DecideStart(plan.dir, recipe, RebuildOf(opt_), opt_.strict, info_, &start_kind));
     if (start_kind == BuildStart::kUpToDate) {
       res_->up_to_date = true;
       return Status::OK();

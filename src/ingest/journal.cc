@@ -26,11 +26,18 @@ std::string RejectText(std::string line) {
   return line;
 }
 
-Status DecideStart(const std::string& dir, const Preprocessing& recipe, bool force, bool strict,
-                   const InfoFn& info, BuildStart* out) {
+Status DecideStart(const std::string& dir, const Preprocessing& recipe, Rebuild rebuild,
+                   bool strict, const InfoFn& info, BuildStart* out) {
   *out = BuildStart::kFresh;
   Manifest old;
-  if (ReadManifest(dir, &old).ok()) {
+  const bool finished = ReadManifest(dir, &old).ok();
+  if (rebuild == Rebuild::kAlways) {
+    std::error_code ec;
+    if (finished || fs::exists(dir + "/" + kBuildStateName, ec))
+      info(dir + ": rebuilding from scratch (--force)");
+    return Status::OK();
+  }
+  if (finished) {
     if (old.preprocessing == recipe) {
       *out = BuildStart::kUpToDate;
       info(dir + ": up to date (" + std::to_string(old.count) +
@@ -47,20 +54,22 @@ Status DecideStart(const std::string& dir, const Preprocessing& recipe, bool for
       return Status::OK();
     }
     const std::string changes = RecipeChanges(old.preprocessing, recipe);
-    if (!force)
+    if (rebuild != Rebuild::kIfChanged)
       return Status::Stale(dir + ": holds a cache made from other sources or options (" + changes +
                            "); pass --force to rebuild it");
-    info(dir + ": sources or options changed, rebuilding (--force): " + changes);
+    info(dir + ": sources or options changed, rebuilding (--rebuild-if-changed): " + changes);
     return Status::OK();
   }
   std::string text;
   if (!ReadWholeFile(dir + "/" + kBuildStateName, &text).ok()) return Status::OK();
   Preprocessing prev;
   const bool readable = Preprocessing::FromJson(text, kBuildStateName, &prev).ok();
-  if (readable && prev == recipe && !force) {
+  if (readable && prev == recipe) {
     *out = BuildStart::kResume;
-  } else if (force) {
-    info(dir + ": discarding an unfinished build and starting over (--force)");
+  } else if (rebuild == Rebuild::kIfChanged) {
+    info(dir +
+         ": discarding an unfinished build of other sources or options and starting over "
+         "(--rebuild-if-changed)");
   } else {
     return Status::Stale(dir + ": holds an unfinished build with other sources or options (" +
                          (readable ? RecipeChanges(prev, recipe)

@@ -22,17 +22,25 @@ namespace kiln::ingest {
 
 enum class BuildStart { kUpToDate, kResume, kFresh };
 
+// What a build does with what DIR already holds.
+enum class Rebuild {
+  kNo,         // keep an up-to-date cache, resume an unfinished build; refuse a changed one
+  kIfChanged,  // the same, but rebuild a changed one (--rebuild-if-changed)
+  kAlways,     // start from scratch whatever DIR holds (--force)
+};
+
 // Decides how a build of `recipe` into DIR starts:
+//  - `rebuild` kAlways: kFresh (said through `info` when DIR held a build).
 //  - DIR holds a finished cache of the same recipe: kUpToDate (said through
 //    `info`); under `strict`, a reject recorded in its rejects.tsv is a
 //    Corruption naming it.
 //  - a finished cache of another recipe: Stale saying what changed, unless
-//    `force` (then kFresh).
-//  - no manifest but build.json of the same recipe: kResume (kFresh with
-//    `force`); of another recipe: Stale unless `force`.
+//    kIfChanged (then kFresh).
+//  - no manifest but build.json of the same recipe: kResume; of another
+//    recipe: Stale unless kIfChanged.
 //  - nothing: kFresh.
-Status DecideStart(const std::string& dir, const Preprocessing& recipe, bool force, bool strict,
-                   const InfoFn& info, BuildStart* out);
+Status DecideStart(const std::string& dir, const Preprocessing& recipe, Rebuild rebuild,
+                   bool strict, const InfoFn& info, BuildStart* out);
 
 // Discards what an earlier build left in DIR (shards, journal, sources.tsv,
 // rejects.tsv) and records `recipe` in build.json, the manifest first, so

@@ -34,23 +34,29 @@ const InfoFn kQuiet = [](const std::string&) {};
 TEST_CASE("a build starts fresh, up to date, or is refused as stale", "[journal]") {
   TempDir dir;
   BuildStart start;
-  REQUIRE(DecideStart(dir.path(), Preprocessing(), false, false, kQuiet, &start).ok());
+  REQUIRE(DecideStart(dir.path(), Preprocessing(), Rebuild::kNo, false, kQuiet, &start).ok());
   CHECK(start == BuildStart::kFresh);
 
   const Preprocessing recipe = BuildSmallCache(dir.path());
   std::string said;
-  REQUIRE(DecideStart(
-              dir.path(), recipe, false, false, [&](const std::string& l) { said = l; }, &start)
-              .ok());
+  REQUIRE(
+      DecideStart(
+          dir.path(), recipe, Rebuild::kNo, false, [&](const std::string& l) { said = l; }, &start)
+          .ok());
   CHECK(start == BuildStart::kUpToDate);
   CHECK_THAT(said, Catch::Contains("up to date"));
 
   Preprocessing other = recipe;
   other.resize = 32;
-  Status s = DecideStart(dir.path(), other, false, false, kQuiet, &start);
+  Status s = DecideStart(dir.path(), other, Rebuild::kNo, false, kQuiet, &start);
   CHECK(s.IsStale());
   CHECK_THAT(s.message(), Catch::Contains("resize: 0 -> 32") && Catch::Contains("--force"));
-  REQUIRE(DecideStart(dir.path(), other, true, false, kQuiet, &start).ok());
+  REQUIRE(DecideStart(dir.path(), other, Rebuild::kIfChanged, false, kQuiet, &start).ok());
+  CHECK(start == BuildStart::kFresh);
+  // --rebuild-if-changed keeps an up-to-date cache; --force rebuilds it.
+  REQUIRE(DecideStart(dir.path(), recipe, Rebuild::kIfChanged, false, kQuiet, &start).ok());
+  CHECK(start == BuildStart::kUpToDate);
+  REQUIRE(DecideStart(dir.path(), recipe, Rebuild::kAlways, false, kQuiet, &start).ok());
   CHECK(start == BuildStart::kFresh);
 }
 
@@ -63,17 +69,17 @@ TEST_CASE("an unfinished build resumes with its own recipe only", "[journal]") {
   CHECK_FALSE(fs::exists(dir / ShardFileName(0)));
   CHECK_FALSE(fs::exists(dir / kSourcesTsvName));
   BuildStart start;
-  REQUIRE(DecideStart(dir.path(), recipe, false, false, kQuiet, &start).ok());
+  REQUIRE(DecideStart(dir.path(), recipe, Rebuild::kNo, false, kQuiet, &start).ok());
   CHECK(start == BuildStart::kResume);
   Preprocessing other = recipe;
   other.crop = 20;
-  Status s = DecideStart(dir.path(), other, false, false, kQuiet, &start);
+  Status s = DecideStart(dir.path(), other, Rebuild::kNo, false, kQuiet, &start);
   CHECK(s.IsStale());
   CHECK_THAT(s.message(), Catch::Contains("unfinished") && Catch::Contains("crop: 0 -> 20"));
   WriteFile(dir / kBuildStateName, "not json");
-  s = DecideStart(dir.path(), recipe, false, false, kQuiet, &start);
+  s = DecideStart(dir.path(), recipe, Rebuild::kNo, false, kQuiet, &start);
   CHECK_THAT(s.message(), Catch::Contains("unreadable"));
-  REQUIRE(DecideStart(dir.path(), recipe, true, false, kQuiet, &start).ok());
+  REQUIRE(DecideStart(dir.path(), recipe, Rebuild::kIfChanged, false, kQuiet, &start).ok());
   CHECK(start == BuildStart::kFresh);
   EndBuild(dir.path());
   CHECK_FALSE(fs::exists(dir / kBuildStateName));

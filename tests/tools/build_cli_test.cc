@@ -65,6 +65,17 @@ TEST_CASE("kiln build: flags into options, its summary, up to date, stale exits 
   REQUIRE(Kiln(cmd + " --mean 0.5 --std 0.25", &log) == 0);
   CHECK_THAT(log, Catch::Contains("up to date"));
   CHECK_THAT(log, !Catch::Contains("written"));
+  // --force rebuilds it, to the same bytes; --rebuild-if-changed keeps it.
+  fs::remove(out / ShardFileName(0));
+  REQUIRE(Kiln(cmd + " --mean 0.5 --std 0.25 --force", &log) == 0);
+  CHECK_THAT(log, Catch::Contains("rebuilding from scratch (--force)") &&
+                      Catch::Contains("kiln build: 300 written"));
+  CHECK(CacheFiles(out.path()) == first);
+  REQUIRE(Kiln(cmd + " --mean 0.5 --std 0.25 --rebuild-if-changed", &log) == 0);
+  CHECK_THAT(log, Catch::Contains("up to date") && !Catch::Contains("written"));
+  REQUIRE(Kiln("build --help", &log) == 0);
+  CHECK_THAT(
+      log, Catch::Contains("even an up-to-date cache") && Catch::Contains("--rebuild-if-changed"));
   CHECK(Kiln(cmd + " --mean 0.5 --std 0.25 --dtype float32", &log) == 1);
   CHECK_THAT(log, Catch::Contains("dtype") && Catch::Contains("--force"));
   CHECK(Kiln("verify " + out.path(), &log) == 0);
@@ -122,6 +133,8 @@ TEST_CASE("kiln build: usage and environment errors exit 2", "[cli]") {
     CHECK_THAT(log, Catch::Contains("original build"));
     CHECK(Kiln(cmd + " --resize 32 --repair", &log) == 0);
     CHECK_THAT(log, Catch::Contains("nothing to repair"));
+    CHECK(Kiln(cmd + " --resize 32 --repair --force", &log) == 2);
+    CHECK_THAT(log, Catch::Contains("give one of them"));
   }
 }
 

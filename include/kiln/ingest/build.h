@@ -81,7 +81,11 @@ struct BuildOptions {
   int threads = 0;                   // 0 = all cores
   int64_t max_pixels = 100'000'000;  // reject headers claiming more pixels
   bool strict = false;               // any rejected input fails the build (exit 1)
-  bool force = false;                // rebuild when sources or options changed
+  bool force = false;                // rebuild from scratch, even an up-to-date cache
+  // Rebuild a cache (or an unfinished build) whose sources or options
+  // changed, and keep an up-to-date one; without it (and without force) a
+  // changed cache is a Stale error that leaves it as it is.
+  bool rebuild_if_changed = false;
   bool repair = false;  // rewrite only the records verify finds bad, from their sources
   int num_parts = 1;    // > 1: build only part `part` (0-based) of num_parts,
   int part = 0;         //   into OUT/part-IIIII-of-NNNNN (per split); see MergeParts
@@ -133,7 +137,8 @@ Status MergeParts(const std::string& out, const std::vector<std::string>& parts,
 // Builds (or resumes, or confirms up to date) the cache(s) described by
 // `options`, then finds duplicate records and train/val overlap over them
 // (OUT/duplicates.tsv). Returns InvalidArgument for bad options or layouts, Stale when
-// OUT holds a cache made from other sources/options and !force, Corruption
+// OUT holds a cache made from other sources/options (unless force or
+// rebuild_if_changed), Corruption
 // under strict when an input is rejected (naming the first), IOError.
 Status BuildCache(const BuildOptions& options, const ProgressFn& progress, const InfoFn& info,
                   BuildResult* result);
