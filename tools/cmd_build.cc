@@ -126,6 +126,10 @@ int RunBuild(BuildArgs& a) {
     for (const auto& c : r.caches) std::cout << " " << c;
     std::cout << "\n";
   }
+  if (r.retryable > 0)
+    std::cout << r.retryable << (r.retryable == 1 ? " rejected input can" : " rejected inputs can")
+              << " be retried (retry yes in rejects.tsv: permission denied, an I/O error or no "
+                 "memory, not a bad file): fix the cause and run the same command again\n";
   if (!r.duplicates_file.empty())
     std::cout << DuplicateSummary(r.duplicates_file, r.duplicates) << "\n";
   return kExitOk;

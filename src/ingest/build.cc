@@ -3,6 +3,7 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <numeric>
@@ -221,14 +222,19 @@ class Builder {
   Status BuildOne(const Plan& plan, const Preprocessing& recipe, const Preprocessor& pre) {
     const auto t0 = std::chrono::steady_clock::now();
     res_->caches.push_back(plan.dir);
-    BuildStart start_kind;
-    KILN_RETURN_IF_ERROR(
-        DecideStart(plan.dir, recipe, RebuildOf(opt_), opt_.strict, info_, &start_kind));
-    if (start_kind == BuildStart::kUpToDate) {
+    StartRequest request;
+    request.recipe = recipe;
+    request.rebuild = RebuildOf(opt_);
+    request.strict = opt_.strict;
+    request.retry = [&](const RejectEntry& e) { return ComesOutOtherwise(e, pre); };
+    StartDecision start_kind;
+    KILN_RETURN_IF_ERROR(DecideStart(plan.dir, request, info_, &start_kind));
+    if (start_kind.start == BuildStart::kUpToDate) {
       res_->up_to_date = true;
+      res_->retryable += start_kind.still_failing.size();
       return Status::OK();
     }
-    const bool resume = start_kind == BuildStart::kResume;
+    const bool resume = start_kind.start == BuildStart::kResume;
     // OUT's duplicate report describes the finished caches: it goes until
     // this build has finished and written it anew.
     built_any_ = true;
@@ -257,15 +263,15 @@ class Builder {
     KILN_RETURN_IF_ERROR(rejects.Open(plan.dir, resume));
     // The list file's bad lines: logged once, with the first cache of part 0.
     if (plan.dir == first_dir_ && opt_.part == 0)
-      for (const auto& [path, reason] : src_.rejected) rejects.AddListed(path, reason);
+      for (const auto& [path, reason] : src_.rejected) rejects.AddListed(path, reason, false);
     // The interrupted run rejected inputs: --strict fails on the first, as
     // it would have in one go.
-    if (opt_.strict && !rejects.lines().empty())
-      return Status::Corruption(RejectText(rejects.lines().front()) +
+    if (opt_.strict && !rejects.entries().empty())
+      return Status::Corruption(rejects.entries().front().Text() +
                                 " (rejected by the interrupted run; under --strict every input "
                                 "must be written: fix or remove it and build again)");
-    const size_t start =
-        ResumePoint(plan.order.size(), writer->next_index() - plan.first, rejects.before());
+    const uint64_t resumed_records = writer->next_index() - plan.first;
+    const size_t start = ResumePoint(plan.order.size(), resumed_records, rejects.before());
     if (resume) {
       res_->resumed = true;
       info_(plan.dir + ": resuming an interrupted build at record " +
@@ -293,11 +299,12 @@ class Builder {
     const Status failure = RunPipeline(
         job, writer.get(), &rejects, [&](const PipelineCounts& c) { report(c, false); }, &counts);
     rejects.Close();
-    res_->written += writer->next_index() - plan.first;
-    res_->rejected += rejects.lines().size();
+    res_->written += resumed_records + counts.written;
+    res_->rejected += rejects.entries().size();
+    res_->retryable += rejects.retryable();
     res_->bytes += counts.written * pre.record_bytes();
-    if (!rejects.lines().empty() && res_->first_reject.empty())
-      res_->first_reject = RejectText(rejects.lines()[0]);
+    if (!rejects.entries().empty() && res_->first_reject.empty())
+      res_->first_reject = rejects.entries()[0].Text();
     if (!failure.ok()) {
       (void)writer->Commit();  // keep what is good for a resume
       return failure;
@@ -319,6 +326,23 @@ class Builder {
     res_->seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     report(counts, true);
     return Status::OK();
+  }
+
+  // Whether the retryable reject `e` of a finished cache comes out otherwise
+  // now: its file, still among the sources, is processed again. A reject
+  // of the listing itself (no file of the sources) is for the recipe to
+  // tell (its source digest changes when the listing does).
+  bool ComesOutOtherwise(const RejectEntry& e, const Preprocessor& pre) const {
+    const std::string path = RawName(e.path), prefix = src_.root + "/";
+    if (path.compare(0, prefix.size(), prefix) != 0) return false;
+    const std::string rel = path.substr(prefix.size());
+    const auto it = std::lower_bound(
+        src_.items.begin(), src_.items.end(), rel,
+        [](const SourceItem& item, const std::string& r) { return item.rel_path < r; });
+    if (it == src_.items.end() || it->rel_path != rel) return false;
+    Preprocessor::Scratch scratch;
+    std::vector<uint8_t> record(pre.record_bytes());
+    return !Retryable(pre.TryProcess(src_.root, *it, &scratch, record.data()));
   }
 
   // sources.tsv: every source file of the build with its size and mtime,

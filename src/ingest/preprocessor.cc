@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <mutex>
+#include <new>
 
 #include "kiln/file.h"
 
@@ -70,6 +71,17 @@ Status Preprocessor::Process(const std::string& root, const SourceItem& item, Sc
                              void* dst) const {
   KILN_RETURN_IF_ERROR(Resize(root, item, scratch));
   return image::ToCHW(scratch->resized, recipe_.dtype, mean_.data(), std_.data(), dst);
+}
+
+Status Preprocessor::TryProcess(const std::string& root, const SourceItem& item, Scratch* scratch,
+                                void* dst) const {
+  try {
+    return Process(root, item, scratch, dst);
+  } catch (const std::bad_alloc&) {
+    return Status::IOError("out of memory while processing it (std::bad_alloc)");
+  } catch (const std::exception& e) {
+    return Status::IOError(std::string("processing it failed with an exception: ") + e.what());
+  }
 }
 
 Status Preprocessor::PlanShape(const Preprocessing& recipe, const SourceList& src, Shape* out) {

@@ -51,6 +51,11 @@ class Preprocessor {
   // the recipe's mean/std) into dst (record_bytes()).
   Status Process(const std::string& root, const SourceItem& item, Scratch* scratch,
                  void* dst) const;
+  // Process, with an exception from below (std::bad_alloc from a codec,
+  // say) turned into an IOError: the environment failed, not the file, so
+  // the reject can be retried (journal.h, Retryable).
+  Status TryProcess(const std::string& root, const SourceItem& item, Scratch* scratch,
+                    void* dst) const;
 
   // The record shape for `recipe`: fixed by crop or size; otherwise that of
   // the first image of `src` that decodes. InvalidArgument when none does.

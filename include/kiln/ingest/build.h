@@ -100,6 +100,12 @@ struct BuildResult {
   bool resumed = false;             // continued an interrupted build
   std::vector<std::string> caches;  // directories written
   std::string first_reject;         // "path: reason"
+  // Rejected inputs whose cause lay in the environment, not in the file
+  // (permission denied, an I/O error, no descriptor or memory left; marked
+  // "yes" in rejects.tsv's retry column): the next build with the same
+  // arguments tries them again, and rebuilds when one comes out otherwise.
+  // On an up-to-date cache: those that were tried again and still fail.
+  uint64_t retryable = 0;
   // Records with the same pixels as another, and val records also in train,
   // over every cache of OUT; duplicates_file is OUT/duplicates.tsv when this
   // run wrote it ("" for a repair, a part, or an up-to-date OUT).
