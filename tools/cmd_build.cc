@@ -153,7 +153,9 @@ KILN_COMMAND(Command{
       auto a = std::make_shared<BuildArgs>();
       ingest::BuildOptions& o = a->o;
       sub->add_option("SRC", o.src, "source root (ImageFolder: SRC/<class>/<image>)")->required();
-      sub->add_option("OUT", o.out, "cache directory to write")->required();
+      sub->add_option("OUT", o.out,
+                      "cache directory to write (inside SRC it is not listed as a source)")
+          ->required();
       sub->add_option("--list", o.list_file,
                       "list file of 'relative/path label' lines, or a CSV with header path,label");
       sub->add_option("--resize", o.resize, "shorter side to S (torchvision Resize(S))");

@@ -1,6 +1,7 @@
 // BuildCache: plan -> journal -> pipeline -> finish, for each output cache.
 #include "kiln/ingest/build.h"
 
+#include <sys/stat.h>
 #include <xxhash.h>
 
 #include <algorithm>
@@ -75,10 +76,13 @@ class Builder {
 
   Status Run() {
     KILN_RETURN_IF_ERROR(CheckOptions(opt_));
-    KILN_RETURN_IF_ERROR(ListSources(opt_.src, opt_.list_file, &src_));
+    KILN_RETURN_IF_ERROR(CheckOutsideSources());
+    // OUT may lie inside SRC: its folder is not listed, so that a second
+    // build does not take the first one's cache for a class.
+    KILN_RETURN_IF_ERROR(ListSources(opt_.src, opt_.list_file, &src_, opt_.out));
     if (opt_.strict && !src_.rejected.empty())
-      return Status::Corruption(src_.rejected[0].first + ": " + src_.rejected[0].second +
-                                " (rejected under --strict: fix the list file's line)");
+      return Status::Corruption(src_.rejected[0].path + ": " + src_.rejected[0].reason +
+                                " (rejected under --strict: fix it, or build without --strict)");
     recipe_ = BaseRecipe();
     KILN_RETURN_IF_ERROR(Preprocessor::PlanShape(recipe_, src_, &shape_));
     KILN_RETURN_IF_ERROR(ChooseNormalization());
@@ -119,6 +123,23 @@ class Builder {
   }
 
  private:
+  // A cache written into the source folder itself would be taken for
+  // sources by the next build: refused before anything is read or written.
+  Status CheckOutsideSources() const {
+    struct stat src, out;
+    if (::stat(opt_.src.c_str(), &src) != 0) return Status::OK();  // ListSources says why
+    std::vector<std::string> dirs = {opt_.out};
+    if (opt_.val_fraction > 0)
+      for (const std::string& split : SplitDirs()) dirs.push_back(opt_.out + "/" + split);
+    for (const std::string& dir : dirs)
+      if (::stat(dir.c_str(), &out) == 0 && out.st_dev == src.st_dev && out.st_ino == src.st_ino)
+        return Status::InvalidArgument(
+            dir + ": is the source folder " + opt_.src +
+            " itself; give an OUT outside it (or a new folder inside it, which is not listed "
+            "as a source)");
+    return Status::OK();
+  }
+
   // The recipe's fields that come from the options and the sources.
   Preprocessing BaseRecipe() const {
     Preprocessing r;
@@ -127,6 +148,7 @@ class Builder {
     r.source.root = EscapeName(src_.root);
     r.source.layout = src_.layout;
     r.source.digest = SourceDigest(src_);
+    r.source.unreadable = src_.retryable();
     if (!opt_.list_file.empty()) r.source.list_file = EscapeName(fs::absolute(opt_.list_file).string());
     // A part's own record; kiln merge drops it, so that a merged cache has
     // the recipe of a one-part build.
@@ -184,8 +206,11 @@ class Builder {
         const std::vector<size_t> pick =
             SeededSample(src_.items.size(), opt_.stats_sample, kStatsSampleSeed);
         const Preprocessor pre(recipe_, shape_);
+        uint64_t unreadable = 0;
         KILN_RETURN_IF_ERROR(
-            pre.MeasureStats(src_, pick, opt_.threads, &recipe_.mean, &recipe_.std));
+            pre.MeasureStats(src_, pick, opt_.threads, &recipe_.mean, &recipe_.std, &unreadable));
+        // Statistics without some images: the next build measures again.
+        recipe_.source.unreadable += unreadable;
         break;
       }
     }
@@ -261,9 +286,9 @@ class Builder {
     KILN_RETURN_IF_ERROR(opened);
     RejectLog rejects;
     KILN_RETURN_IF_ERROR(rejects.Open(plan.dir, resume));
-    // The list file's bad lines: logged once, with the first cache of part 0.
+    // What the listing skipped: logged once, with the first cache of part 0.
     if (plan.dir == first_dir_ && opt_.part == 0)
-      for (const auto& [path, reason] : src_.rejected) rejects.AddListed(path, reason, false);
+      for (const SourceReject& r : src_.rejected) rejects.AddListed(r.path, r.reason, r.retry);
     // The interrupted run rejected inputs: --strict fails on the first, as
     // it would have in one go.
     if (opt_.strict && !rejects.entries().empty())

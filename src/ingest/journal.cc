@@ -82,6 +82,41 @@ Status UpToDateOrRetry(const std::string& dir, const Manifest& old, const StartR
   return Status::OK();
 }
 
+// Whether the build that left `old` in DIR (its finished cache's recipe,
+// or build.json's when `unfinished`) could not read some sources for a
+// cause outside them - while listing or measuring --norm auto's statistics
+// (old.source.unreadable), or while processing an image (a retryable
+// reject in DIR) - and `now` differs from `old` only in what reading the
+// sources again changes: the listing's digest and counts, and statistics
+// measured from the images. Then this run is the retry the user was told
+// to make, and it rebuilds without an option.
+bool IsRetryOf(const std::string& dir, bool unfinished, const Preprocessing& old,
+               const Preprocessing& now) {
+  Preprocessing a = old, b = now;
+  for (Preprocessing* p : {&a, &b}) {
+    p->source.digest.clear();
+    p->source.files = 0;
+    p->source.unreadable = 0;
+    if (p->norm == NormKind::kAuto) {
+      p->mean.clear();
+      p->std.clear();
+    }
+  }
+  if (a != b) return false;
+  if (old.source.unreadable > 0) return true;
+  std::vector<RejectEntry> rejects;
+  if (unfinished) {
+    std::string text;
+    std::set<size_t> positions;
+    if (!ReadWholeFile(dir + "/" + kRejectLogName, &text).ok() ||
+        !ParseRejectLog(text, kRejectLogName, &positions, &rejects).ok())
+      return false;
+  } else if (!ReadRejectsTsv(dir + "/" + kRejectsName, &rejects).ok()) {
+    return false;
+  }
+  return std::any_of(rejects.begin(), rejects.end(), [](const RejectEntry& e) { return e.retry; });
+}
+
 }  // namespace
 
 bool Retryable(const Status& why) { return why.IsIOError(); }
@@ -118,6 +153,11 @@ Status DecideStart(const std::string& dir, const StartRequest& req, const InfoFn
   if (finished) {
     if (old.preprocessing == req.recipe) return UpToDateOrRetry(dir, old, req, info, out);
     const std::string changes = RecipeChanges(old.preprocessing, req.recipe);
+    if (IsRetryOf(dir, false, old.preprocessing, req.recipe)) {
+      info(dir + ": the build that made it could not read some sources (see " + kRejectsName +
+           "); reading them now changes " + changes + ": rebuilding");
+      return Status::OK();
+    }
     if (req.rebuild != Rebuild::kIfChanged)
       return Status::Stale(dir + ": holds a cache made from other sources or options (" + changes +
                            "); pass --force to rebuild it");
@@ -130,6 +170,9 @@ Status DecideStart(const std::string& dir, const StartRequest& req, const InfoFn
   const bool readable = Preprocessing::FromJson(text, kBuildStateName, &prev).ok();
   if (readable && prev == req.recipe) {
     out->start = BuildStart::kResume;
+  } else if (readable && IsRetryOf(dir, true, prev, req.recipe)) {
+    info(dir + ": the unfinished build could not read some sources; reading them now changes " +
+         RecipeChanges(prev, req.recipe) + ": starting over");
   } else if (req.rebuild == Rebuild::kIfChanged) {
     info(dir +
          ": discarding an unfinished build of other sources or options and starting over "

@@ -82,9 +82,13 @@ struct StartDecision {
 //    otherwise, else kUpToDate (with still_failing). Under `strict`, a
 //    reject recorded in its rejects.tsv is then a Corruption naming it.
 //  - a finished cache of another recipe: Stale saying what changed, unless
-//    kIfChanged (then kFresh).
+//    kIfChanged (then kFresh) - or unless the build that made it could not
+//    read some sources for a cause outside them (source.unreadable, or a
+//    retryable reject) and the recipes differ only in what reading the
+//    sources again changes (source digest and counts, --norm auto's
+//    statistics): then this is the retry, kFresh.
 //  - no manifest but build.json of the same recipe: kResume; of another
-//    recipe: Stale unless kIfChanged.
+//    recipe: Stale unless kIfChanged or a retry as above.
 //  - nothing: kFresh.
 Status DecideStart(const std::string& dir, const StartRequest& request, const InfoFn& info,
                    StartDecision* out);

@@ -63,9 +63,13 @@ class Preprocessor {
 
   // Exact per-channel mean and std (in [0, 1] units) of the resized pixels
   // of the items `pick` of `src`: integer sums, so the result does not
-  // depend on the thread count. InvalidArgument when no image is readable.
+  // depend on the thread count. Images that cannot be used are left out;
+  // *unreadable (when given) counts those left out for a cause outside the
+  // file (an IOError: the next build tries them again). InvalidArgument
+  // when no image is readable.
   Status MeasureStats(const SourceList& src, const std::vector<size_t>& pick, int threads,
-                      std::vector<double>* mean, std::vector<double>* std) const;
+                      std::vector<double>* mean, std::vector<double>* std,
+                      uint64_t* unreadable = nullptr) const;
 
  private:
   Preprocessing recipe_;

@@ -134,6 +134,36 @@ TEST_CASE("a finished cache with retryable rejects tries them again", "[journal]
   CHECK_THAT(s.message(), Catch::Contains("/src/bad.png"));
 }
 
+TEST_CASE("a build that could not read some sources is rebuilt when they read otherwise now",
+          "[journal]") {
+  TempDir dir;
+  const Preprocessing built = BuildSmallCache(dir.path());
+  // What a build that could not list one folder records.
+  Manifest m;
+  REQUIRE(ReadManifest(dir.path(), &m).ok());
+  m.preprocessing.source.unreadable = 1;
+  REQUIRE(WriteManifest(dir.path(), m).ok());
+  // The folder reads now: more files, another digest (and with --norm auto
+  // other statistics). That is the retry: rebuilt without an option.
+  Preprocessing now = built;
+  now.source.digest = "0123456789abcdef";
+  now.source.files += 3;
+  BuildStart start;
+  std::string said;
+  REQUIRE(
+      Decide(dir.path(), now, Rebuild::kNo, &start, [&](const std::string& l) { said = l; }).ok());
+  CHECK(start == BuildStart::kFresh);
+  CHECK_THAT(said, Catch::Contains("could not read some sources") && Catch::Contains("rebuilding"));
+  // Another option changed too: not a retry, but a changed cache.
+  now.resize = 32;
+  CHECK(Decide(dir.path(), now, Rebuild::kNo, &start).IsStale());
+  // A build that read everything: changed sources need an option.
+  m.preprocessing.source.unreadable = 0;
+  REQUIRE(WriteManifest(dir.path(), m).ok());
+  now.resize = built.resize;
+  CHECK(Decide(dir.path(), now, Rebuild::kNo, &start).IsStale());
+}
+
 TEST_CASE("the reject log survives a resume and becomes rejects.tsv", "[journal]") {
   TempDir dir;
   {

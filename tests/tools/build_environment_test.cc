@@ -11,6 +11,7 @@
 
 #include <catch2/catch.hpp>
 #include <filesystem>
+#include <functional>
 #include <string>
 
 #include "ingest/ingest_test_util.h"
@@ -58,50 +59,145 @@ void CopyPhoto(const std::string& photo, const std::string& to) {
   fs::copy_file(kPhotos + "/" + photo, to);
 }
 
+// SRC with three good images (a/1.jpg, a/2.jpg, b/3.jpg) and what `more`
+// adds, handed to the user KilnAsUser runs as; OUT beside it.
+struct UserTree {
+  explicit UserTree(const std::function<void(const std::string& src)>& more) {
+    CopyPhoto("chelsea.jpg", src + "/a/1.jpg");
+    CopyPhoto("coffee.jpg", src + "/a/2.jpg");
+    CopyPhoto("camera.jpg", src + "/b/3.jpg");
+    more(src);
+    GiveToUser(dir);
+  }
+  void SetMode(const std::string& rel, mode_t mode) {
+    REQUIRE(::chmod((src + "/" + rel).c_str(), mode) == 0);
+  }
+  // kiln build SRC OUT as that user, which must exit 0: its output.
+  std::string Build() const {
+    std::string log;
+    REQUIRE(KilnAsUser("build " + src + " " + out + kOpts, &log) == 0);
+    return log;
+  }
+  // OUT holds what a fresh build of SRC as it is now writes.
+  void CheckSameAsFresh() const {
+    std::string log;
+    REQUIRE(KilnAsUser("build " + src + " " + dir / "fresh" + kOpts, &log) == 0);
+    CHECK(CacheFiles(out) == CacheFiles(dir / "fresh"));
+  }
+
+  TempDir dir;
+  const std::string src = dir / "src", out = dir / "out";
+};
+
 }  // namespace
 
 TEST_CASE("a file that could not be read is retried by the next run", "[cli][retry]") {
   if (!CanRunAsUser()) return;
-  TempDir dir;
-  const std::string src = dir / "src", out = dir / "out", fresh = dir / "fresh";
-  CopyPhoto("chelsea.jpg", src + "/a/1.jpg");
-  CopyPhoto("coffee.jpg", src + "/a/2.jpg");
-  CopyPhoto("camera.jpg", src + "/b/3.jpg");
-  CopyPhoto("rocket.jpg", src + "/b/locked.jpg");
-  WriteFile(src + "/b/bad.jpg", "not an image\n");  // a reject no retry can mend
-  GiveToUser(dir);
-  REQUIRE(::chmod((src + "/b/locked.jpg").c_str(), 0) == 0);
-  const std::string cmd = "build " + src + " " + out + kOpts;
-  std::string log;
+  const std::string locked = "b/locked.jpg";
+  UserTree t([&](const std::string& src) {
+    CopyPhoto("rocket.jpg", src + "/" + locked);
+    WriteFile(src + "/b/bad.jpg", "not an image\n");  // a reject no retry can mend
+  });
+  t.SetMode(locked, 0);
 
   // Permission denied: a reject marked for retry, and the summary says so.
-  REQUIRE(KilnAsUser(cmd, &log) == 0);
+  std::string log = t.Build();
   INFO(log);
   CHECK_THAT(log, Catch::Contains("3 written, 2 rejected") &&
                       Catch::Contains("1 rejected input can be retried"));
-  CHECK(ReadFile(out + "/rejects.tsv") ==
-        "path\treason\tretry\n" + src + "/b/bad.jpg\tb/bad.jpg: not a JPEG, PNG, BMP, WebP or "
-        "TIFF image\tno\n" + src + "/b/locked.jpg\tcannot open: Permission denied\tyes\n");
+  CHECK(ReadFile(t.out + "/rejects.tsv") ==
+        "path\treason\tretry\n" + t.src +
+            "/b/bad.jpg\tb/bad.jpg: not a JPEG, PNG, BMP, WebP or "
+            "TIFF image\tno\n" +
+            t.src + "/b/locked.jpg\tcannot open: Permission denied\tyes\n");
 
   // Still unreadable: tried again, nothing rebuilt, and not "up to date".
-  const auto before = CacheFiles(out);
-  REQUIRE(KilnAsUser(cmd, &log) == 0);
-  CHECK_THAT(log, Catch::Contains("1 rejected input that can be retried still fails: " + src +
+  const auto before = CacheFiles(t.out);
+  log = t.Build();
+  CHECK_THAT(log, Catch::Contains("1 rejected input that can be retried still fails: " + t.src +
                                   "/b/locked.jpg: cannot open: Permission denied") &&
                       Catch::Contains("1 rejected input can be retried") &&
                       !Catch::Contains("up to date") && !Catch::Contains("kiln build:"));
-  CHECK(CacheFiles(out) == before);
+  CHECK(CacheFiles(t.out) == before);
 
   // Fixed: the next run with the same arguments picks it up, and the cache
   // is the one a fresh build of the fixed tree writes.
-  REQUIRE(::chmod((src + "/b/locked.jpg").c_str(), 0644) == 0);
-  REQUIRE(KilnAsUser(cmd, &log) == 0);
+  t.SetMode(locked, 0644);
+  log = t.Build();
   CHECK_THAT(log, Catch::Contains("locked.jpg") && Catch::Contains("rebuilding") &&
                       Catch::Contains("4 written, 1 rejected") &&
                       !Catch::Contains("can be retried"));
-  CHECK_THAT(ReadFile(out + "/rejects.tsv"), !Catch::Contains("locked.jpg"));
-  REQUIRE(KilnAsUser("build " + src + " " + fresh + kOpts, &log) == 0);
-  CHECK(CacheFiles(out) == CacheFiles(fresh));
-  REQUIRE(KilnAsUser(cmd, &log) == 0);
+  CHECK_THAT(ReadFile(t.out + "/rejects.tsv"), !Catch::Contains("locked.jpg"));
+  t.CheckSameAsFresh();
+  CHECK_THAT(t.Build(), Catch::Contains("up to date"));
+}
+
+TEST_CASE("a symbolic link loop and an unreadable folder skip only themselves", "[cli][retry]") {
+  if (!CanRunAsUser()) return;
+  UserTree t([](const std::string& src) {
+    fs::create_directory_symlink("..", src + "/a/loop");  // back to SRC: every image again, forever
+    CopyPhoto("rocket.jpg", src + "/b/locked/4.jpg");
+  });
+  t.SetMode("b/locked", 0);
+
+  // Every good image is built; the loop and the folder are reported, the
+  // folder as one to retry.
+  std::string log = t.Build();
+  INFO(log);
+  CHECK_THAT(log, Catch::Contains("3 written, 2 rejected") &&
+                      Catch::Contains("1 rejected input can be retried"));
+  CHECK(ReadFile(t.out + "/rejects.tsv") ==
+        "path\treason\tretry\n" + t.src + "/a/loop\ta symbolic link loop: it leads back to the " +
+            "source root; not followed\tno\n" + t.src +
+            "/b/locked\tcannot list the folder: Permission denied\tyes\n");
+  std::string verify;
+  CHECK(KilnAsUser("verify " + t.out + " --level sources", &verify) == 0);
+
+  // Still unreadable: nothing rebuilt.
+  const auto before = CacheFiles(t.out);
+  log = t.Build();
+  CHECK_THAT(log, Catch::Contains("1 rejected input that can be retried still fails: " + t.src +
+                                  "/b/locked: cannot list the folder") &&
+                      !Catch::Contains("kiln build:"));
+  CHECK(CacheFiles(t.out) == before);
+
+  // Readable: the next run lists it and rebuilds, to a fresh build's bytes.
+  t.SetMode("b/locked", 0755);
+  log = t.Build();
+  CHECK_THAT(log, Catch::Contains("could not read some sources") &&
+                      Catch::Contains("4 written, 1 rejected") &&
+                      !Catch::Contains("can be retried"));
+  t.CheckSameAsFresh();
+}
+
+TEST_CASE("OUT inside SRC is not listed as a source; OUT = SRC is refused", "[cli]") {
+  TempDir dir;
+  const std::string src = dir / "src";
+  CopyPhoto("chelsea.jpg", src + "/a/1.jpg");
+  CopyPhoto("camera.jpg", src + "/b/2.jpg");
+  std::string log;
+  for (const std::string& out : {src + "/cache", src + "/a/cache"}) {
+    INFO(out);
+    const std::string cmd = "build " + src + " " + out + kOpts;
+    REQUIRE(RunCommand(std::string(KILN_BIN) + " " + cmd, &log) == 0);
+    CHECK_THAT(log, Catch::Contains("2 written, 0 rejected"));
+    // The same command again: the cache is not a class, nor a source.
+    REQUIRE(RunCommand(std::string(KILN_BIN) + " " + cmd, &log) == 0);
+    CHECK_THAT(log, Catch::Contains("up to date"));
+    CHECK(RunCommand(std::string(KILN_BIN) + " verify " + out + " --level sources", &log) == 0);
+    // A picture put into the cache (kiln preview OUT -o OUT/grid.png) is no source either.
+    CopyPhoto("coffee.jpg", out + "/grid.jpg");
+    REQUIRE(RunCommand(std::string(KILN_BIN) + " " + cmd, &log) == 0);
+    CHECK_THAT(log, Catch::Contains("up to date"));
+    fs::remove_all(out);  // another OUT's cache would be a class folder without images
+  }
+  // With --val-fraction, OUT/train and OUT/val lie inside OUT.
+  const std::string split = "build " + src + " " + src + "/splits --val-fraction 0.5" + kOpts;
+  REQUIRE(RunCommand(std::string(KILN_BIN) + " " + split, &log) == 0);
+  REQUIRE(RunCommand(std::string(KILN_BIN) + " " + split, &log) == 0);
   CHECK_THAT(log, Catch::Contains("up to date"));
+  // Into SRC itself: refused before anything is written.
+  CHECK(RunCommand(std::string(KILN_BIN) + " build " + src + " " + src + kOpts, &log) == 2);
+  CHECK_THAT(log, Catch::Contains("is the source folder") && Catch::Contains("OUT outside it"));
+  CHECK_FALSE(fs::exists(src + "/manifest.json"));
 }

@@ -12,7 +12,6 @@
 #include <cstdint>
 #include <functional>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "kiln/duplicates.h"
@@ -32,23 +31,42 @@ struct SourceItem {
   int64_t mtime_ns = 0;
 };
 
+// What the listing could not use, and why.
+struct SourceReject {
+  std::string path;    // the absolute path (a list file's line itself when it names none)
+  std::string reason;  // what was wrong, naming the list file's line where there is one
+  // The cause lay in the environment (permission denied, an I/O error):
+  // the next build lists it again.
+  bool retry = false;
+};
+
 struct SourceList {
   std::string root;                  // absolute path of the source root
   std::string layout;                // "imagefolder", "list" or "csv"
   std::vector<std::string> classes;  // label i names classes[i]
   std::vector<SourceItem> items;     // sorted by rel_path
-  // Lines of a list file or CSV that name no usable file - a path outside
-  // the root, a missing file, a bad label, a line that does not parse - as
-  // (path, reason naming the line): kiln build logs them in rejects.tsv
-  // like undecodable images (and --strict fails on the first).
-  std::vector<std::pair<std::string, std::string>> rejected;
+  // What the listing skipped, in a stable order: folders or files of an
+  // ImageFolder tree that could not be read, symbolic link loops; lines of
+  // a list file or CSV that name no usable file - a path outside the root,
+  // a missing file, a bad label, a line that does not parse. kiln build
+  // logs them in rejects.tsv like undecodable images (and --strict fails
+  // on the first).
+  std::vector<SourceReject> rejected;
+  // How many of `rejected` can be retried.
+  uint64_t retryable() const;
 };
 
 // ImageFolder: ROOT/<class>/<file>; classes sorted by name, exactly as
 // torchvision's ImageFolder, so labels agree with PyTorch. Only files with
-// an image extension are listed (torchvision's IMG_EXTENSIONS + .webp/.tif).
-// An empty class folder is an InvalidArgument naming it.
-Status ListImageFolder(const std::string& root, SourceList* out);
+// an image extension are listed (torchvision's IMG_EXTENSIONS + .webp/.tif),
+// below each class folder at any depth, through symbolic links (a link
+// keeps its own path and class). Never stops for one bad part of the tree:
+// a folder or file that cannot be read, a symbolic link loop (a link to a
+// folder it lies in) or a link that leads nowhere goes to out->rejected
+// and the rest is listed. The folder `skip` (the cache being built, when
+// it lies inside ROOT; "" for none) is not listed. An empty class folder
+// (with nothing rejected in it) is an InvalidArgument naming it.
+Status ListImageFolder(const std::string& root, SourceList* out, const std::string& skip = "");
 // A list file of "relative/path label" lines (Caffe's convert_imageset), or
 // a CSV with a header "path,label" (label a class name or an index): chosen
 // by the ".csv" extension. Paths are relative to `root`. A line that does
@@ -57,8 +75,10 @@ Status ListImageFolder(const std::string& root, SourceList* out);
 // no usable line at all is an InvalidArgument naming the file.
 Status ReadSourceList(const std::string& root, const std::string& list_path, SourceList* out);
 
-// ListImageFolder(root) when `list_file` is empty, else ReadSourceList.
-Status ListSources(const std::string& root, const std::string& list_file, SourceList* out);
+// ListImageFolder(root, skip) when `list_file` is empty, else
+// ReadSourceList.
+Status ListSources(const std::string& root, const std::string& list_file, SourceList* out,
+                   const std::string& skip = "");
 
 // XXH3 digest (hex) of the sorted (path, label, size, mtime) list.
 std::string SourceDigest(const SourceList& list);
