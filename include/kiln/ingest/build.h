@@ -162,10 +162,13 @@ Status MergeParts(const std::string& out, const std::vector<std::string>& parts,
 
 // Builds (or resumes, or confirms up to date) the cache(s) described by
 // `options`, then finds duplicate records and train/val overlap over them
-// (OUT/duplicates.tsv). Returns InvalidArgument for bad options or layouts, Stale when
-// OUT holds a cache made from other sources/options (unless force or
-// rebuild_if_changed), Corruption
-// under strict when an input is rejected (naming the first), IOError.
+// (OUT/duplicates.tsv). A cache whose build could not read some inputs for
+// a cause outside them (BuildResult::retryable) is rebuilt by the next call
+// as soon as one of them reads otherwise. Returns InvalidArgument for bad
+// options or layouts (OUT being SRC itself, say), Stale when OUT holds a
+// cache made from other sources/options (unless force or
+// rebuild_if_changed), Corruption under strict when an input is rejected
+// (naming the first), IOError.
 Status BuildCache(const BuildOptions& options, const ProgressFn& progress, const InfoFn& info,
                   BuildResult* result);
 
