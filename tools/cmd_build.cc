@@ -120,12 +120,16 @@ int RunBuild(BuildArgs& a) {
   if (!r.up_to_date || r.written > 0) {
     std::cout << "kiln build: " << r.written << " written, " << r.rejected << " rejected";
     if (r.seconds > 0 && r.bytes > 0)
-      std::cout << " in " << r.seconds << " s (" << HumanBytes(r.bytes) << ", "
-                << HumanBytes(r.bytes / r.seconds) << "/s)";
+      std::cout << " in " << FormatDuration(r.seconds) << " (" << HumanBytes(r.bytes) << ", "
+                << FormatByteRate(r.bytes, r.seconds) << ")";
     std::cout << " ->";
     for (const auto& c : r.caches) std::cout << " " << c;
     std::cout << "\n";
   }
+  if (r.retryable > 0)
+    std::cout << r.retryable << (r.retryable == 1 ? " rejected input can" : " rejected inputs can")
+              << " be retried (retry yes in rejects.tsv: permission denied, an I/O error or no "
+                 "memory, not a bad file): fix the cause and run the same command again\n";
   if (!r.duplicates_file.empty())
     std::cout << DuplicateSummary(r.duplicates_file, r.duplicates) << "\n";
   return kExitOk;
@@ -149,7 +153,9 @@ KILN_COMMAND(Command{
       auto a = std::make_shared<BuildArgs>();
       ingest::BuildOptions& o = a->o;
       sub->add_option("SRC", o.src, "source root (ImageFolder: SRC/<class>/<image>)")->required();
-      sub->add_option("OUT", o.out, "cache directory to write")->required();
+      sub->add_option("OUT", o.out,
+                      "cache directory to write (inside SRC it is not listed as a source)")
+          ->required();
       sub->add_option("--list", o.list_file,
                       "list file of 'relative/path label' lines, or a CSV with header path,label");
       sub->add_option("--resize", o.resize, "shorter side to S (torchvision Resize(S))");
@@ -167,7 +173,11 @@ KILN_COMMAND(Command{
       sub->add_option("--threads", o.threads, "worker threads (0 = all cores)");
       sub->add_option("--max-pixels", o.max_pixels, "reject images over this many pixels (default 1e8)");
       sub->add_flag("--strict", o.strict, "any rejected input fails the build (exit 1)");
-      sub->add_flag("--force", o.force, "rebuild when sources or options changed");
+      sub->add_flag("--force", o.force,
+                    "rebuild from scratch, even an up-to-date cache (discards what OUT holds)");
+      sub->add_flag("--rebuild-if-changed", o.rebuild_if_changed,
+                    "rebuild when sources or options changed, keep an up-to-date cache "
+                    "(without it a changed cache is an error, exit 1)");
       sub->add_flag("--repair", o.repair,
                     "rewrite only the records that verify finds bad, from their sources "
                     "(same arguments as the original build)");
@@ -178,8 +188,9 @@ KILN_COMMAND(Command{
                       "SLURM_NTASKS or OMPI_COMM_WORLD_RANK/SIZE");
       sub->add_option("--part", a->part, "which part, 0 <= part < num-parts");
       AddExamples(sub, {"kiln build SRC OUT --resize 256 --crop 224 --norm imagenet",
-                            "kiln build SRC OUT --size 28x28 --channels 1 --norm auto "
-                            "--val-fraction 0.1"});
+                        "kiln build SRC OUT --size 28x28 --channels 1 --norm auto "
+                        "--val-fraction 0.1",
+                        "kiln build SRC OUT --resize 256 --crop 224 --force   # from scratch"});
       return [a] { return RunBuild(*a); };
     }});
 
@@ -189,7 +200,7 @@ int RunMerge(const std::string& out, const std::vector<std::string>& parts, bool
                                &r);
   if (!s.ok()) return ReportError("merge", s);
   std::cout << "kiln merge: " << r.parts << " parts, " << r.records << " records in " << r.shards
-            << " shards ->";
+            << " shards, in " << FormatDuration(r.seconds) << " ->";
   for (const auto& c : r.caches) std::cout << " " << c;
   std::cout << " (" << (r.copied_records ? std::to_string(r.copied_records) + " records rewritten"
                                          : std::string("no tensor data copied"))

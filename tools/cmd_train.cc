@@ -1,12 +1,14 @@
 // kiln train --data CACHE [--val CACHE] [options]: the LibTorch trainer.
 // Only the option table lives here; kiln::train does the work (and this
 // file does not include LibTorch).
+#include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <sstream>
 
 #include "command.h"
-#include "kiln/units.h"
 #include "kiln/train/trainer.h"
+#include "kiln/units.h"
 
 namespace kiln::tools {
 namespace {
@@ -19,6 +21,31 @@ struct TrainArgs {
   // Named choices, parsed into o's enums by RunTrain.
   std::string optimizer = "sgd", schedule = "cosine", lr_scaling = "none", precision = "auto";
 };
+
+// The run's last line, on the rank that logs (rank 0, as torchrun's RANK
+// says): its epochs, steps, time and samples/s in human units, and the last
+// validation top-1.
+void PrintSummary(const train::TrainResult& r) {
+  const char* rank = std::getenv("RANK");
+  if (r.epochs.empty() || (rank != nullptr && std::string(rank) != "0")) return;
+  double seconds = 0, samples = 0;
+  for (const train::EpochStats& e : r.epochs) {
+    seconds += e.seconds;
+    samples += e.samples_per_second * e.seconds;
+  }
+  std::cout << "kiln train: " << r.epochs.size() << (r.epochs.size() == 1 ? " epoch" : " epochs")
+            << " (" << r.steps << " steps in all) in " << FormatDuration(seconds);
+  if (seconds > 0)
+    std::cout << ", " << static_cast<int64_t>(samples / seconds + 0.5) << " samples/s";
+  const train::EpochStats& last = r.epochs.back();
+  if (last.val_top1 >= 0) {
+    char top1[32];
+    std::snprintf(top1, sizeof(top1), "%.2f%%", 100 * last.val_top1);
+    std::cout << "; val top-1 " << top1;
+  }
+  if (!r.checkpoint.empty()) std::cout << "; checkpoint " << r.checkpoint;
+  std::cout << "\n";
+}
 
 int RunTrain(TrainArgs& a) {
   if (a.batch == "auto") {
@@ -52,6 +79,7 @@ int RunTrain(TrainArgs& a) {
   Status s = train::Train(a.o, &result);
   if (!s.ok()) return ReportError("train", s);
   if (result.interrupted) return 130;
+  PrintSummary(result);
   return kExitOk;
 }
 

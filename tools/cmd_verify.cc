@@ -8,11 +8,12 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
-#include "progress_printer.h"
 #include "kiln/cache_layout.h"
 #include "kiln/cache_reader.h"
 #include "kiln/duplicates.h"
+#include "kiln/units.h"
 #include "kiln/verify.h"
+#include "progress_printer.h"
 
 namespace kiln::tools {
 namespace {
@@ -57,9 +58,9 @@ int VerifyOne(const VerifyArgs& a, std::string* json_out = nullptr) {
               << r.records_checked << " records";
     if (r.bytes_checked)
       std::cout << ", " << HumanBytes(static_cast<double>(r.bytes_checked)) << " checksummed";
-    std::cout << " in " << r.seconds << " s";
+    std::cout << " in " << FormatDuration(r.seconds);
     if (r.seconds > 0 && r.bytes_checked)
-      std::cout << " (" << HumanBytes(r.bytes_checked / r.seconds) << "/s)";
+      std::cout << " (" << FormatByteRate(static_cast<double>(r.bytes_checked), r.seconds) << ")";
     std::cout << "\n";
     for (const VerifyProblem& p : r.problems) {
       std::cout << "  PROBLEM";

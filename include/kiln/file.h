@@ -13,9 +13,19 @@ namespace kiln {
 // Reads a whole file. NotFound when it does not exist, IOError otherwise.
 Status ReadWholeFile(const std::string& path, std::string* out);
 // Reads a whole file into bytes, sized once from fstat (an input image).
-// IOError without the path ("cannot open: <reason>", "cannot stat", "read
-// failed"): the caller names the file.
+// The message leaves out the path ("cannot open: <reason>", "cannot read:
+// <reason>"): the caller names the file. IOError when the environment
+// failed (IsTransientError: permission denied, an I/O error, no descriptor
+// or memory left), NotFound when the file is gone, InvalidArgument for
+// another cause in the file itself (a symbolic link loop, say, or a file
+// that shrank while it was read).
 Status ReadFileBytes(const std::string& path, std::vector<uint8_t>* out);
+// Whether errno `err` says that the environment failed rather than the
+// file: permission denied, an I/O error, too many open files, no memory, a
+// busy, stale or unreachable device or network file system. Such a failure
+// can pass without any change to the file, so what failed is worth trying
+// again later.
+bool IsTransientError(int err);
 // Writes DIR/NAME atomically: DIR/TEMP is written and fsynced, renamed over
 // NAME, and DIR is fsynced, so NAME is either the old or the new content.
 Status WriteFileAtomic(const std::string& dir, const std::string& name, const std::string& temp,

@@ -43,6 +43,11 @@ struct SourceRecipe {
   std::string list_file;  // absolute path of the list file; "" for an ImageFolder
   uint64_t files = 0;     // sources of the split, all parts together
   std::string digest;     // SourceDigest of the whole source list (16 hex digits)
+  // Folders or files the build could not list or read for --norm auto's
+  // statistics, for a cause outside them (permission denied, an I/O
+  // error): the next build with the same arguments tries them again. 0 (and
+  // not recorded) for a build that read its whole tree.
+  uint64_t unreadable = 0;
 };
 
 struct Preprocessing {

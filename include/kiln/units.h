@@ -22,6 +22,15 @@ Status ParseByteSize(const std::string& text, const std::string& option, uint64_
 // "512 B", "12.3 MB".
 std::string FormatByteSize(double bytes);
 
+// Formats a duration for people, with two or three significant digits and
+// whole units beyond a minute: "0.4 ms", "24 ms", "1.23 s", "12.3 s",
+// "2 min 05 s", "3 h 07 min". A negative or NaN duration reads as 0.
+std::string FormatDuration(double seconds);
+
+// A rate of bytes per second for people, "19.7 MB/s" (FormatByteSize);
+// "" when `seconds` is not positive.
+std::string FormatByteRate(double bytes, double seconds);
+
 }  // namespace kiln
 
 #endif  // KILN_UNITS_H_

@@ -4,8 +4,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <iterator>
 
 namespace kiln {
 
@@ -41,22 +43,47 @@ Status ReadWholeFile(const std::string& path, std::string* out) {
   return Status::OK();
 }
 
+bool IsTransientError(int err) {
+  static const int kTransient[] = {EACCES,   EPERM,       EIO,          EMFILE,    ENFILE,
+                                   ENOMEM,   EAGAIN,      EBUSY,        EINTR,     ETIMEDOUT,
+                                   ESTALE,   ENOBUFS,     ENOLCK,       ENXIO,     ENODEV,
+                                   ENOTCONN, ECONNRESET,  ECONNABORTED, EHOSTDOWN, EHOSTUNREACH,
+                                   ENETDOWN, ENETUNREACH, EREMOTEIO,    ENOMEDIUM};
+  return std::find(std::begin(kTransient), std::end(kTransient), err) != std::end(kTransient);
+}
+
+namespace {
+// ReadFileBytes' Status for errno `err`: "<what>: <reason>".
+Status ReadError(const char* what, int err) {
+  const std::string msg = std::string(what) + ": " + std::strerror(err);
+  if (IsTransientError(err)) return Status::IOError(msg);
+  if (err == ENOENT) return Status::NotFound(msg);
+  return Status::InvalidArgument(msg);
+}
+}  // namespace
+
 Status ReadFileBytes(const std::string& path, std::vector<uint8_t>* out) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Status::IOError(std::string("cannot open: ") + std::strerror(errno));
+  if (fd < 0) return ReadError("cannot open", errno);
   struct stat st;
   if (::fstat(fd, &st) != 0) {
+    const int err = errno;
     ::close(fd);
-    return Status::IOError("cannot stat");
+    return ReadError("cannot stat", err);
   }
   out->resize(static_cast<size_t>(st.st_size));
   size_t off = 0;
   while (off < out->size()) {
     ssize_t n = ::read(fd, out->data() + off, out->size() - off);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
+    if (n < 0) {
+      const int err = errno;
       ::close(fd);
-      return Status::IOError("read failed");
+      return ReadError("cannot read", err);
+    }
+    if (n == 0) {
+      ::close(fd);
+      return Status::InvalidArgument("the file shrank while it was read (it changed)");
     }
     off += static_cast<size_t>(n);
   }

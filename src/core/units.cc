@@ -1,5 +1,6 @@
 #include "kiln/units.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -41,6 +42,34 @@ std::string FormatByteSize(double bytes) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), u == 0 ? "%.0f %s" : "%.1f %s", bytes, units[u]);
   return buf;
+}
+
+std::string FormatDuration(double seconds) {
+  const double s = seconds > 0 ? seconds : 0;  // NaN too
+  char buf[48];
+  // Each bound is where the next format's rounding would show one more
+  // digit than its precision ("1000 ms" becomes "1.00 s").
+  if (s < 0.00995) {
+    std::snprintf(buf, sizeof(buf), "%.1f ms", s * 1e3);
+  } else if (s < 0.9995) {
+    std::snprintf(buf, sizeof(buf), "%.0f ms", s * 1e3);
+  } else if (s < 9.995) {
+    std::snprintf(buf, sizeof(buf), "%.2f s", s);
+  } else if (s < 59.95) {
+    std::snprintf(buf, sizeof(buf), "%.1f s", s);
+  } else if (s < 3599.5) {
+    const long long t = std::llround(s);
+    std::snprintf(buf, sizeof(buf), "%lld min %02lld s", t / 60, t % 60);
+  } else {
+    const double minutes = std::min(s / 60, 1e15);  // far beyond any run; keeps llround defined
+    const long long t = std::llround(minutes);
+    std::snprintf(buf, sizeof(buf), "%lld h %02lld min", t / 60, t % 60);
+  }
+  return buf;
+}
+
+std::string FormatByteRate(double bytes, double seconds) {
+  return seconds > 0 ? FormatByteSize(bytes / seconds) + "/s" : std::string();
 }
 
 }  // namespace kiln

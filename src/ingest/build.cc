@@ -1,8 +1,10 @@
 // BuildCache: plan -> journal -> pipeline -> finish, for each output cache.
 #include "kiln/ingest/build.h"
 
+#include <sys/stat.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <numeric>
@@ -43,6 +45,10 @@ Status CheckOptions(const BuildOptions& o) {
     return Status::InvalidArgument(
         "--repair works on a whole cache: merge the parts first "
         "(kiln merge), then repair the merged cache");
+  if (o.repair && (o.force || o.rebuild_if_changed))
+    return Status::InvalidArgument(
+        "--repair rewrites only the bad records of a cache; --force and --rebuild-if-changed "
+        "rebuild it: give one of them");
   if (o.channels != 1 && o.channels != 3)
     return Status::InvalidArgument("--channels must be 1 or 3");
   // What the recipe records must read back (Preprocessing::FromJson's ranges).
@@ -58,6 +64,11 @@ Status CheckOptions(const BuildOptions& o) {
   return Status::OK();
 }
 
+Rebuild RebuildOf(const BuildOptions& o) {
+  if (o.force) return Rebuild::kAlways;
+  return o.rebuild_if_changed ? Rebuild::kIfChanged : Rebuild::kNo;
+}
+
 class Builder {
  public:
   Builder(const BuildOptions& o, const ProgressFn& p, const InfoFn& i, BuildResult* r)
@@ -65,10 +76,13 @@ class Builder {
 
   Status Run() {
     KILN_RETURN_IF_ERROR(CheckOptions(opt_));
-    KILN_RETURN_IF_ERROR(ListSources(opt_.src, opt_.list_file, &src_));
+    KILN_RETURN_IF_ERROR(CheckOutsideSources());
+    // OUT may lie inside SRC: its folder is not listed, so that a second
+    // build does not take the first one's cache for a class.
+    KILN_RETURN_IF_ERROR(ListSources(opt_.src, opt_.list_file, &src_, opt_.out));
     if (opt_.strict && !src_.rejected.empty())
-      return Status::Corruption(src_.rejected[0].first + ": " + src_.rejected[0].second +
-                                " (rejected under --strict: fix the list file's line)");
+      return Status::Corruption(src_.rejected[0].path + ": " + src_.rejected[0].reason +
+                                " (rejected under --strict: fix it, or build without --strict)");
     recipe_ = BaseRecipe();
     KILN_RETURN_IF_ERROR(Preprocessor::PlanShape(recipe_, src_, &shape_));
     KILN_RETURN_IF_ERROR(ChooseNormalization());
@@ -109,6 +123,23 @@ class Builder {
   }
 
  private:
+  // A cache written into the source folder itself would be taken for
+  // sources by the next build: refused before anything is read or written.
+  Status CheckOutsideSources() const {
+    struct stat src, out;
+    if (::stat(opt_.src.c_str(), &src) != 0) return Status::OK();  // ListSources says why
+    std::vector<std::string> dirs = {opt_.out};
+    if (opt_.val_fraction > 0)
+      for (const std::string& split : SplitDirs()) dirs.push_back(opt_.out + "/" + split);
+    for (const std::string& dir : dirs)
+      if (::stat(dir.c_str(), &out) == 0 && out.st_dev == src.st_dev && out.st_ino == src.st_ino)
+        return Status::InvalidArgument(
+            dir + ": is the source folder " + opt_.src +
+            " itself; give an OUT outside it (or a new folder inside it, which is not listed "
+            "as a source)");
+    return Status::OK();
+  }
+
   // The recipe's fields that come from the options and the sources.
   Preprocessing BaseRecipe() const {
     Preprocessing r;
@@ -117,6 +148,7 @@ class Builder {
     r.source.root = EscapeName(src_.root);
     r.source.layout = src_.layout;
     r.source.digest = SourceDigest(src_);
+    r.source.unreadable = src_.retryable();
     if (!opt_.list_file.empty()) r.source.list_file = EscapeName(fs::absolute(opt_.list_file).string());
     // A part's own record; kiln merge drops it, so that a merged cache has
     // the recipe of a one-part build.
@@ -174,8 +206,11 @@ class Builder {
         const std::vector<size_t> pick =
             SeededSample(src_.items.size(), opt_.stats_sample, kStatsSampleSeed);
         const Preprocessor pre(recipe_, shape_);
+        uint64_t unreadable = 0;
         KILN_RETURN_IF_ERROR(
-            pre.MeasureStats(src_, pick, opt_.threads, &recipe_.mean, &recipe_.std));
+            pre.MeasureStats(src_, pick, opt_.threads, &recipe_.mean, &recipe_.std, &unreadable));
+        // Statistics without some images: the next build measures again.
+        recipe_.source.unreadable += unreadable;
         break;
       }
     }
@@ -212,14 +247,19 @@ class Builder {
   Status BuildOne(const Plan& plan, const Preprocessing& recipe, const Preprocessor& pre) {
     const auto t0 = std::chrono::steady_clock::now();
     res_->caches.push_back(plan.dir);
-    BuildStart start_kind;
-    KILN_RETURN_IF_ERROR(
-        DecideStart(plan.dir, recipe, opt_.force, opt_.strict, info_, &start_kind));
-    if (start_kind == BuildStart::kUpToDate) {
+    StartRequest request;
+    request.recipe = recipe;
+    request.rebuild = RebuildOf(opt_);
+    request.strict = opt_.strict;
+    request.retry = [&](const RejectEntry& e) { return ComesOutOtherwise(e, pre); };
+    StartDecision start_kind;
+    KILN_RETURN_IF_ERROR(DecideStart(plan.dir, request, info_, &start_kind));
+    if (start_kind.start == BuildStart::kUpToDate) {
       res_->up_to_date = true;
+      res_->retryable += start_kind.still_failing.size();
       return Status::OK();
     }
-    const bool resume = start_kind == BuildStart::kResume;
+    const bool resume = start_kind.start == BuildStart::kResume;
     // OUT's duplicate report describes the finished caches: it goes until
     // this build has finished and written it anew.
     built_any_ = true;
@@ -246,17 +286,17 @@ class Builder {
     KILN_RETURN_IF_ERROR(opened);
     RejectLog rejects;
     KILN_RETURN_IF_ERROR(rejects.Open(plan.dir, resume));
-    // The list file's bad lines: logged once, with the first cache of part 0.
+    // What the listing skipped: logged once, with the first cache of part 0.
     if (plan.dir == first_dir_ && opt_.part == 0)
-      for (const auto& [path, reason] : src_.rejected) rejects.AddListed(path, reason);
+      for (const SourceReject& r : src_.rejected) rejects.AddListed(r.path, r.reason, r.retry);
     // The interrupted run rejected inputs: --strict fails on the first, as
     // it would have in one go.
-    if (opt_.strict && !rejects.lines().empty())
-      return Status::Corruption(RejectText(rejects.lines().front()) +
+    if (opt_.strict && !rejects.entries().empty())
+      return Status::Corruption(rejects.entries().front().Text() +
                                 " (rejected by the interrupted run; under --strict every input "
                                 "must be written: fix or remove it and build again)");
-    const size_t start =
-        ResumePoint(plan.order.size(), writer->next_index() - plan.first, rejects.before());
+    const uint64_t resumed_records = writer->next_index() - plan.first;
+    const size_t start = ResumePoint(plan.order.size(), resumed_records, rejects.before());
     if (resume) {
       res_->resumed = true;
       info_(plan.dir + ": resuming an interrupted build at record " +
@@ -284,11 +324,12 @@ class Builder {
     const Status failure = RunPipeline(
         job, writer.get(), &rejects, [&](const PipelineCounts& c) { report(c, false); }, &counts);
     rejects.Close();
-    res_->written += writer->next_index() - plan.first;
-    res_->rejected += rejects.lines().size();
+    res_->written += resumed_records + counts.written;
+    res_->rejected += rejects.entries().size();
+    res_->retryable += rejects.retryable();
     res_->bytes += counts.written * pre.record_bytes();
-    if (!rejects.lines().empty() && res_->first_reject.empty())
-      res_->first_reject = RejectText(rejects.lines()[0]);
+    if (!rejects.entries().empty() && res_->first_reject.empty())
+      res_->first_reject = rejects.entries()[0].Text();
     if (!failure.ok()) {
       (void)writer->Commit();  // keep what is good for a resume
       return failure;
@@ -310,6 +351,23 @@ class Builder {
     res_->seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     report(counts, true);
     return Status::OK();
+  }
+
+  // Whether the retryable reject `e` of a finished cache comes out otherwise
+  // now: its file, still among the sources, is processed again. A reject
+  // of the listing itself (no file of the sources) is for the recipe to
+  // tell (its source digest changes when the listing does).
+  bool ComesOutOtherwise(const RejectEntry& e, const Preprocessor& pre) const {
+    const std::string path = RawName(e.path), prefix = src_.root + "/";
+    if (path.compare(0, prefix.size(), prefix) != 0) return false;
+    const std::string rel = path.substr(prefix.size());
+    const auto it = std::lower_bound(
+        src_.items.begin(), src_.items.end(), rel,
+        [](const SourceItem& item, const std::string& r) { return item.rel_path < r; });
+    if (it == src_.items.end() || it->rel_path != rel) return false;
+    Preprocessor::Scratch scratch;
+    std::vector<uint8_t> record(pre.record_bytes());
+    return !Retryable(pre.TryProcess(src_.root, *it, &scratch, record.data()));
   }
 
   // sources.tsv: every source file of the build with its size and mtime,

@@ -3,20 +3,21 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "duplicate_report.h"
+#include "journal.h"
 #include "kiln/cache_reader.h"
 #include "kiln/cache_writer.h"
 #include "kiln/file.h"
 #include "kiln/ingest/build.h"
 #include "kiln/manifest.h"
 #include "kiln/verify.h"
-#include "duplicate_report.h"
 #include "sources_tsv.h"
 
 namespace kiln::ingest {
@@ -32,13 +33,6 @@ struct Part {
   std::vector<ShardInfo> shards;  // with global indices in the merged cache
   int64_t delta = 0;              // merged index - part's own index
 };
-
-std::vector<std::string> ReadLines(const std::string& path) {
-  std::vector<std::string> lines;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
-}
 
 // Links (or, across file systems, copies) `from` to `to`.
 Status LinkOrCopy(const std::string& from, const std::string& to, bool* copied) {
@@ -233,13 +227,16 @@ Status MergeOne(const std::string& out, std::vector<std::string> dirs, bool keep
   }
   if (have_sources) KILN_RETURN_IF_ERROR(WriteSourcesTsv(out + "/" + kSourcesTsvName, sources));
   {
-    std::string rejects = "path\treason\n";
+    // The parts' rejects in part order (a part of an older kiln: not retried).
+    std::vector<RejectEntry> rejects;
     for (const Part& p : parts) {
-      std::vector<std::string> lines = ReadLines(p.dir + "/" + kRejectsName);
-      for (size_t i = 1; i < lines.size(); ++i) rejects += lines[i] + "\n";
+      std::vector<RejectEntry> of_part;
+      const Status s = ReadRejectsTsv(p.dir + "/" + kRejectsName, &of_part);
+      if (!s.IsNotFound()) KILN_RETURN_IF_ERROR(s);
+      rejects.insert(rejects.end(), of_part.begin(), of_part.end());
     }
-    KILN_RETURN_IF_ERROR(
-        WriteFileAtomic(out, kRejectsName, std::string(kRejectsName) + ".tmp", rejects));
+    KILN_RETURN_IF_ERROR(WriteFileAtomic(out, kRejectsName, std::string(kRejectsName) + ".tmp",
+                                         RejectsTsv(rejects)));
   }
   KILN_RETURN_IF_ERROR(WriteManifest(out, merged));
 
@@ -268,6 +265,7 @@ std::vector<std::string> FindParts(const std::string& dir) {
 
 Status MergeParts(const std::string& out, const std::vector<std::string>& parts, bool keep_parts,
                   const std::function<void(const std::string&)>& info, MergeResult* result) {
+  const auto t0 = std::chrono::steady_clock::now();
   MergeResult r;
   std::function<void(const std::string&)> say = info ? info : [](const std::string&) {};
   std::vector<SplitCache> merged;  // what the duplicate report covers
@@ -299,6 +297,7 @@ Status MergeParts(const std::string& out, const std::vector<std::string>& parts,
   }
   KILN_RETURN_IF_ERROR(ReportDuplicates(out, merged, 0, &r.duplicates));
   r.duplicates_file = out + "/" + kDuplicatesTsvName;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (result) *result = std::move(r);
   return Status::OK();
 }

@@ -119,12 +119,8 @@ Status RunPipeline(const PipelineJob& job, CacheWriter* writer, RejectLog* rejec
         s = Status::NotFound("skip");
         continue;
       }
-      try {
-        s = pre.Process(src.root, src.items[order[k]], &scratch,
-                        c->payload.data() + (k - c->begin) * record_bytes);
-      } catch (const std::exception& e) {
-        s = Status::Corruption(e.what());
-      }
+      s = pre.TryProcess(src.root, src.items[order[k]], &scratch,
+                         c->payload.data() + (k - c->begin) * record_bytes);
     }
     c->Published(2);
     return c;
@@ -138,14 +134,14 @@ Status RunPipeline(const PipelineJob& job, CacheWriter* writer, RejectLog* rejec
       if (s.ok()) {
         failure = writer->Append(writer->next_index(), it.label,
                                  c->payload.data() + (k - c->begin) * record_bytes);
-        ++counts->written;
+        if (failure.ok()) ++counts->written;  // a record that failed to append is not written
       } else if (!rejects->before().count(k)) {
         ++counts->rejected;
         const std::string path = src.root + "/" + it.rel_path;
-        failure = rejects->Add(k, path, s.message());
+        failure = rejects->Add(k, path, s.message(), Retryable(s));
         if (job.strict && failure.ok())
-          failure = Status::Corruption(RejectText(rejects->lines().back()) +
-                                       " (rejected under --strict)");
+          failure =
+              Status::Corruption(rejects->entries().back().Text() + " (rejected under --strict)");
       }
     }
     if (!failure.ok()) failed = true;

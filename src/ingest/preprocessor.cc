@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <mutex>
+#include <new>
 
 #include "kiln/file.h"
 
@@ -72,6 +73,26 @@ Status Preprocessor::Process(const std::string& root, const SourceItem& item, Sc
   return image::ToCHW(scratch->resized, recipe_.dtype, mean_.data(), std_.data(), dst);
 }
 
+namespace {
+// call(), with an exception from below (std::bad_alloc from a codec, say)
+// turned into an IOError: the environment failed, not the file.
+template <typename Call>
+Status Guarded(const Call& call) {
+  try {
+    return call();
+  } catch (const std::bad_alloc&) {
+    return Status::IOError("out of memory while processing it (std::bad_alloc)");
+  } catch (const std::exception& e) {
+    return Status::IOError(std::string("processing it failed with an exception: ") + e.what());
+  }
+}
+}  // namespace
+
+Status Preprocessor::TryProcess(const std::string& root, const SourceItem& item, Scratch* scratch,
+                                void* dst) const {
+  return Guarded([&] { return Process(root, item, scratch, dst); });
+}
+
 Status Preprocessor::PlanShape(const Preprocessing& recipe, const SourceList& src, Shape* out) {
   int w = 0, h = 0;
   if (recipe.crop > 0) {
@@ -98,19 +119,23 @@ Status Preprocessor::PlanShape(const Preprocessing& recipe, const SourceList& sr
 }
 
 Status Preprocessor::MeasureStats(const SourceList& src, const std::vector<size_t>& pick,
-                                  int threads, std::vector<double>* mean,
-                                  std::vector<double>* std) const {
+                                  int threads, std::vector<double>* mean, std::vector<double>* std,
+                                  uint64_t* unreadable) const {
   const int c = recipe_.channels;
   std::mutex mu;
   std::vector<uint64_t> sum(c, 0), sq(c, 0);
-  uint64_t pixels = 0;
+  uint64_t pixels = 0, transient = 0;
   InArena(threads, [&] {
     tbb::parallel_for(tbb::blocked_range<size_t>(0, pick.size(), 8), [&](const auto& r) {
       Scratch scratch;
       std::vector<uint64_t> ls(c, 0), lq(c, 0);
-      uint64_t lp = 0;
+      uint64_t lp = 0, lt = 0;
       for (size_t k = r.begin(); k != r.end(); ++k) {
-        if (!Resize(src.root, src.items[pick[k]], &scratch).ok()) continue;
+        const Status s = Guarded([&] { return Resize(src.root, src.items[pick[k]], &scratch); });
+        if (!s.ok()) {
+          lt += s.IsIOError();
+          continue;
+        }
         const std::vector<uint8_t>& px = scratch.resized.pixels;
         for (size_t p = 0; p < px.size(); ++p) {
           const uint64_t v = px[p];
@@ -125,8 +150,10 @@ Status Preprocessor::MeasureStats(const SourceList& src, const std::vector<size_
         sq[i] += lq[i];
       }
       pixels += lp;
+      transient += lt;
     });
   });
+  if (unreadable != nullptr) *unreadable = transient;
   if (pixels == 0) return Status::InvalidArgument("--norm auto: no image could be read");
   mean->resize(c);
   std->resize(c);

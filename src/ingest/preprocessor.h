@@ -51,6 +51,11 @@ class Preprocessor {
   // the recipe's mean/std) into dst (record_bytes()).
   Status Process(const std::string& root, const SourceItem& item, Scratch* scratch,
                  void* dst) const;
+  // Process, with an exception from below (std::bad_alloc from a codec,
+  // say) turned into an IOError: the environment failed, not the file, so
+  // the reject can be retried (journal.h, Retryable).
+  Status TryProcess(const std::string& root, const SourceItem& item, Scratch* scratch,
+                    void* dst) const;
 
   // The record shape for `recipe`: fixed by crop or size; otherwise that of
   // the first image of `src` that decodes. InvalidArgument when none does.
@@ -58,9 +63,13 @@ class Preprocessor {
 
   // Exact per-channel mean and std (in [0, 1] units) of the resized pixels
   // of the items `pick` of `src`: integer sums, so the result does not
-  // depend on the thread count. InvalidArgument when no image is readable.
+  // depend on the thread count. Images that cannot be used are left out;
+  // *unreadable (when given) counts those left out for a cause outside the
+  // file (an IOError: the next build tries them again). InvalidArgument
+  // when no image is readable.
   Status MeasureStats(const SourceList& src, const std::vector<size_t>& pick, int threads,
-                      std::vector<double>* mean, std::vector<double>* std) const;
+                      std::vector<double>* mean, std::vector<double>* std,
+                      uint64_t* unreadable = nullptr) const;
 
  private:
   Preprocessing recipe_;

@@ -15,10 +15,11 @@ namespace kiln::ingest {
 // Parses the lines of a list file or CSV (by `list_path`'s extension, which
 // also names the lines in messages) read from `in`, as ReadSourceList
 // describes, with sources below `root` (an absolute path, taken as given).
-// `stat` fills in a listed item's size and mtime, or returns false for a
-// file that does not exist (the line goes to out->rejected).
+// `stat` fills in a listed item's size and mtime, or says why it cannot:
+// the line goes to out->rejected, to be retried by the next build when the
+// Status is an IOError (journal.h, Retryable).
 Status ParseSourceList(std::istream& in, const std::string& list_path, const std::string& root,
-                       const std::function<bool(SourceItem*)>& stat, SourceList* out);
+                       const std::function<Status(SourceItem*)>& stat, SourceList* out);
 
 }  // namespace kiln::ingest
 

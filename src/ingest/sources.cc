@@ -1,9 +1,11 @@
 // Source listing: ImageFolder, list files and CSV.
+#include <dirent.h>
 #include <sys/stat.h>
 #include <xxhash.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -15,7 +17,9 @@
 #include "kiln/ingest/build.h"
 
 #include "core/decimal.h"
+#include "journal.h"
 #include "kiln/escape.h"
+#include "kiln/file.h"
 #include "kiln/manifest.h"
 #include "source_list.h"
 #include "sources_tsv.h"
@@ -39,10 +43,16 @@ bool HasImageExtension(const std::string& name) {
   return false;
 }
 
+// Fills in a listed file's size and mtime. IOError when the environment
+// keeps it from being read (IsTransientError), NotFound otherwise.
 Status Stat(const std::string& root, SourceItem* item) {
   struct stat st;
   const std::string path = root + "/" + item->rel_path;
-  if (::stat(path.c_str(), &st) != 0) return Status::NotFound(path + ": listed but not found");
+  if (::stat(path.c_str(), &st) != 0) {
+    const int err = errno;
+    if (IsTransientError(err)) return Status::IOError(std::strerror(err));
+    return Status::NotFound(path + ": listed but not found");
+  }
   item->size = static_cast<uint64_t>(st.st_size);
   item->mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
   return Status::OK();
@@ -65,63 +75,194 @@ bool InsideRoot(const std::string& rel) {
   return true;
 }
 
-}  // namespace
+// A folder's identity: a folder met again below itself is a symbolic link loop.
+struct FolderId {
+  dev_t dev = 0;
+  ino_t ino = 0;
+  bool operator==(const FolderId& o) const { return dev == o.dev && ino == o.ino; }
+};
 
-namespace {
-Status ListImageFolderOrThrow(const std::string& root, SourceList* out);
-}  // namespace
+FolderId IdOf(const struct stat& st) { return {st.st_dev, st.st_ino}; }
 
-Status ListImageFolder(const std::string& root, SourceList* out) {
-  try {
-    return ListImageFolderOrThrow(root, out);
-  } catch (const fs::filesystem_error& e) {
-    return Status::InvalidArgument(root + ": cannot list the source tree (" + e.what() +
-                                   "); a symbolic link loop or an unreadable folder?");
+std::string ErrorText(int err) { return std::strerror(err); }
+
+// Lists an ImageFolder tree (ListImageFolder), one folder at a time, never
+// stopping for one bad part of it.
+class FolderWalker {
+ public:
+  FolderWalker(const std::string& root, const FolderId* skip, SourceList* list)
+      : root_(root), skip_(skip), list_(list) {}
+
+  struct Entry {
+    std::string name;
+    struct stat st;  // through links
+  };
+
+  // The entries of the folder ROOT/rel, sorted by name. An entry that
+  // cannot be stat'ed is rejected here (or dropped, when it is gone since
+  // the folder was read). False, with the folder rejected, when the folder
+  // cannot be read.
+  bool ReadFolder(const std::string& rel, std::vector<Entry>* entries) {
+    entries->clear();
+    const std::string dir = PathOf(rel);
+    DIR* d = ::opendir(dir.c_str());
+    if (d == nullptr) {
+      const int err = errno;
+      Reject(dir, "cannot list the folder: " + ErrorText(err), IsTransientError(err));
+      return false;
+    }
+    std::vector<std::string> names;
+    for (;;) {
+      errno = 0;
+      const struct dirent* e = ::readdir(d);
+      if (e == nullptr) break;
+      const std::string name = e->d_name;
+      if (name != "." && name != "..") names.push_back(name);
+    }
+    const int err = errno;
+    ::closedir(d);
+    if (err != 0) {
+      Reject(dir, "cannot list the folder completely: " + ErrorText(err), IsTransientError(err));
+      return false;
+    }
+    std::sort(names.begin(), names.end());
+    for (const std::string& name : names) {
+      Entry entry{name, {}};
+      const std::string path = dir + "/" + name;
+      if (::stat(path.c_str(), &entry.st) == 0) {
+        entries->push_back(std::move(entry));
+        continue;
+      }
+      const int why = errno;
+      struct stat link;
+      if (why == ELOOP) {
+        Reject(path, "a symbolic link loop (" + ErrorText(why) + "); not followed", false);
+      } else if (why == ENOENT) {
+        // A link that leads nowhere is worth a line when it names an image;
+        // an entry removed since the folder was read is simply gone.
+        if (::lstat(path.c_str(), &link) == 0 && HasImageExtension(name))
+          Reject(path, "a symbolic link to a file that does not exist", false);
+      } else {
+        Reject(path, "cannot read: " + ErrorText(why), IsTransientError(why));
+      }
+    }
+    return true;
   }
-}
 
-namespace {
-Status ListImageFolderOrThrow(const std::string& root, SourceList* out) {
+  // Lists the image files below the folder ROOT/rel with `label`; `chain`
+  // holds the folders from the root down to it, to tell a link loop.
+  void Walk(const std::string& rel, int64_t label,
+            std::vector<std::pair<FolderId, std::string>>* chain) {
+    std::vector<Entry> entries;
+    if (!ReadFolder(rel, &entries)) return;
+    for (const Entry& e : entries) {
+      const std::string child = rel + "/" + e.name;
+      if (S_ISDIR(e.st.st_mode)) {
+        const FolderId id = IdOf(e.st);
+        if (skip_ != nullptr && id == *skip_) continue;
+        const auto loop = std::find_if(chain->begin(), chain->end(),
+                                       [&](const auto& c) { return c.first == id; });
+        if (loop != chain->end()) {
+          Reject(
+              PathOf(child),
+              "a symbolic link loop: it leads back to " +
+                  (loop->second.empty() ? std::string("the source root") : PathOf(loop->second)) +
+                  "; not followed",
+              false);
+          continue;
+        }
+        chain->push_back({id, child});
+        Walk(child, label, chain);
+        chain->pop_back();
+      } else if (S_ISREG(e.st.st_mode) && HasImageExtension(e.name)) {
+        SourceItem item;
+        item.rel_path = child;
+        item.label = label;
+        item.size = static_cast<uint64_t>(e.st.st_size);
+        item.mtime_ns =
+            static_cast<int64_t>(e.st.st_mtim.tv_sec) * 1000000000 + e.st.st_mtim.tv_nsec;
+        list_->items.push_back(std::move(item));
+      }
+    }
+  }
+
+  void Reject(const std::string& path, const std::string& reason, bool retry) {
+    list_->rejected.push_back({path, reason, retry});
+  }
+
+  std::string PathOf(const std::string& rel) const {
+    return rel.empty() ? root_ : root_ + "/" + rel;
+  }
+
+ private:
+  const std::string root_;
+  const FolderId* skip_;
+  SourceList* list_;
+};
+
+}  // namespace
+
+Status ListImageFolder(const std::string& root, SourceList* out, const std::string& skip) {
   SourceList list;
   list.layout = "imagefolder";
   KILN_RETURN_IF_ERROR(AbsoluteRoot(root, &list.root));
+  struct stat st;
+  if (::stat(list.root.c_str(), &st) != 0) return PosixError(list.root, errno);
+  const FolderId root_id = IdOf(st);
+  FolderId skip_id;
+  const bool skipping = !skip.empty() && ::stat(skip.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+  if (skipping) skip_id = IdOf(st);
+  FolderWalker walker(list.root, skipping ? &skip_id : nullptr, &list);
+  std::vector<FolderWalker::Entry> top;
+  if (!walker.ReadFolder("", &top))
+    return Status::IOError(list.rejected.back().path + ": " + list.rejected.back().reason +
+                           "; make the source folder readable and run the command again");
+  // Class folders: the root's folders (through links), sorted by name.
   std::vector<std::string> classes;
-  for (const auto& e : fs::directory_iterator(list.root))
-    if (e.is_directory()) classes.push_back(e.path().filename().string());
-  std::sort(classes.begin(), classes.end());
+  std::vector<FolderId> class_ids;
+  for (const FolderWalker::Entry& e : top) {
+    if (!S_ISDIR(e.st.st_mode) || (skipping && IdOf(e.st) == skip_id)) continue;
+    if (IdOf(e.st) == root_id) {
+      walker.Reject(walker.PathOf(e.name),
+                    "a symbolic link loop: it leads back to the source root; not a class", false);
+      continue;
+    }
+    classes.push_back(e.name);
+    class_ids.push_back(IdOf(e.st));
+  }
   if (classes.empty())
     return Status::InvalidArgument(list.root +
                                    ": no class folders (expected SRC/<class>/<image files>)");
   for (size_t c = 0; c < classes.size(); ++c) {
-    const fs::path dir = fs::path(list.root) / classes[c];
-    std::vector<std::string> files;
-    // Paths as listed, below the root: a symbolic link keeps its own name
-    // (and its class), not its target's.
-    for (const auto& e :
-         fs::recursive_directory_iterator(dir, fs::directory_options::follow_directory_symlink))
-      if (e.is_regular_file() && HasImageExtension(e.path().filename().string()))
-        files.push_back(e.path().lexically_relative(list.root).generic_string());
-    if (files.empty())
+    const size_t items = list.items.size(), rejects = list.rejected.size();
+    std::vector<std::pair<FolderId, std::string>> chain = {{root_id, ""},
+                                                           {class_ids[c], classes[c]}};
+    walker.Walk(classes[c], static_cast<int64_t>(c), &chain);
+    // A class folder with nothing in it is a mistake; one whose images
+    // could not be listed has its rejects to say why.
+    if (list.items.size() == items && list.rejected.size() == rejects)
       return Status::InvalidArgument(
-          dir.string() + ": class folder holds no image files; remove it or add images");
-    for (auto& f : files) {
-      SourceItem item;
-      item.rel_path = std::move(f);
-      item.label = static_cast<int64_t>(c);
-      KILN_RETURN_IF_ERROR(Stat(list.root, &item));
-      list.items.push_back(std::move(item));
-    }
+          walker.PathOf(classes[c]) +
+          ": class folder holds no image files; remove it or add images");
   }
   list.classes = std::move(classes);
   std::sort(list.items.begin(), list.items.end(),
             [](const SourceItem& a, const SourceItem& b) { return a.rel_path < b.rel_path; });
+  std::sort(list.rejected.begin(), list.rejected.end(),
+            [](const SourceReject& a, const SourceReject& b) { return a.path < b.path; });
   *out = std::move(list);
   return Status::OK();
 }
-}  // namespace
 
-Status ListSources(const std::string& root, const std::string& list_file, SourceList* out) {
-  return list_file.empty() ? ListImageFolder(root, out) : ReadSourceList(root, list_file, out);
+uint64_t SourceList::retryable() const {
+  return static_cast<uint64_t>(std::count_if(rejected.begin(), rejected.end(),
+                                             [](const SourceReject& r) { return r.retry; }));
+}
+
+Status ListSources(const std::string& root, const std::string& list_file, SourceList* out,
+                   const std::string& skip) {
+  return list_file.empty() ? ListImageFolder(root, out, skip)
+                           : ReadSourceList(root, list_file, out);
 }
 
 Status ReadSourceList(const std::string& root, const std::string& list_path, SourceList* out) {
@@ -130,12 +271,11 @@ Status ReadSourceList(const std::string& root, const std::string& list_path, Sou
   std::ifstream in(list_path);
   if (!in) return Status::NotFound(list_path + ": list file not found");
   return ParseSourceList(
-      in, list_path, abs_root, [&abs_root](SourceItem* item) { return Stat(abs_root, item).ok(); },
-      out);
+      in, list_path, abs_root, [&abs_root](SourceItem* item) { return Stat(abs_root, item); }, out);
 }
 
 Status ParseSourceList(std::istream& in, const std::string& list_path, const std::string& root,
-                       const std::function<bool(SourceItem*)>& stat, SourceList* out) {
+                       const std::function<Status(SourceItem*)>& stat, SourceList* out) {
   SourceList list;
   list.root = root;
   const bool csv = list_path.size() > 4 && list_path.compare(list_path.size() - 4, 4, ".csv") == 0;
@@ -220,17 +360,24 @@ Status ParseSourceList(std::istream& in, const std::string& list_path, const std
     if (numeric) {
       if (!ParseDecimal(r.label, &item.label) || item.label < 0 || item.label >= kMaxClasses) {
         list.rejected.push_back(
-            {list.root + "/" + r.path, r.where + ": label " + r.label +
-                                           ": numeric labels are class indices 0.." +
-                                           std::to_string(kMaxClasses - 1) +
-                                           " (or give every line a class name)"});
+            {list.root + "/" + r.path,
+             r.where + ": label " + r.label + ": numeric labels are class indices 0.." +
+                 std::to_string(kMaxClasses - 1) + " (or give every line a class name)",
+             false});
         continue;
       }
     } else {
       item.label = names[r.label];
     }
-    if (!stat(&item)) {
-      list.rejected.push_back({list.root + "/" + item.rel_path, r.where + ": listed but not found"});
+    const Status found = stat(&item);
+    if (!found.ok()) {
+      // A file the environment keeps from being read is listed again by
+      // the next build (Retryable); a missing one stays missing.
+      const bool retry = Retryable(found);
+      list.rejected.push_back({list.root + "/" + item.rel_path,
+                               r.where + (retry ? ": listed but cannot be read: " + found.message()
+                                                : std::string(": listed but not found")),
+                               retry});
       continue;
     }
     max_label = std::max(max_label, item.label);
@@ -239,10 +386,10 @@ Status ParseSourceList(std::istream& in, const std::string& list_path, const std
   if (numeric)
     for (int64_t i = 0; i <= max_label; ++i) list.classes.push_back(std::to_string(i));
   if (list.items.empty())
-    return Status::InvalidArgument(
-        list_path + ": lists no usable files" +
-        (list.rejected.empty() ? std::string()
-                               : " (the first line: " + list.rejected[0].second + ")"));
+    return Status::InvalidArgument(list_path + ": lists no usable files" +
+                                   (list.rejected.empty()
+                                        ? std::string()
+                                        : " (the first line: " + list.rejected[0].reason + ")"));
   std::sort(list.items.begin(), list.items.end(),
             [](const SourceItem& a, const SourceItem& b) { return a.rel_path < b.rel_path; });
   for (size_t i = 1; i < list.items.size(); ++i)

@@ -2,12 +2,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <set>
 
 #include "kiln/cache_layout.h"
-#include "kiln/escape.h"
 #include "kiln/cache_reader.h"
+#include "kiln/escape.h"
 #include "kiln/ingest/build.h"
 #include "kiln/manifest.h"
 #include "kiln/shuffle.h"
@@ -16,6 +17,8 @@
 #include "sources_tsv.h"
 
 namespace kiln::ingest {
+
+namespace fs = std::filesystem;
 
 const char* SourceCheckName(SourceCheck check) {
   return check == SourceCheck::kDeep ? "deep" : "sources";
@@ -67,9 +70,15 @@ Status VerifyWithSources(const std::string& dir, const VerifyOptions& options, S
     problem(-1, "", s.message());
     return Status::OK();
   }
+  // The build did not list its own OUT (it may lie inside the sources):
+  // DIR, or the folder above its split or part.
+  fs::path out = fs::absolute(dir).lexically_normal();
+  if (out.filename().empty()) out = out.parent_path();
+  if (m.is_part()) out = out.parent_path();
+  if (!m.preprocessing.split.empty()) out = out.parent_path();
   SourceList now;
   s = ListSources(RawName(m.preprocessing.source.root), RawName(m.preprocessing.source.list_file),
-                  &now);
+                  &now, out.string());
   if (!s.ok()) {
     problem(-1, "", "cannot list the sources again: " + s.message());
     return Status::OK();

@@ -143,3 +143,20 @@ TEST_CASE("byte sizes: K..T and KiB..TiB binary, KB..TB decimal", "[units]") {
     CHECK_THAT(s.message(), Catch::Contains("--shard-size"));
   }
 }
+
+TEST_CASE("durations and rates for people: a few significant digits, whole units past a minute",
+          "[units]") {
+  CHECK(FormatDuration(0) == "0.0 ms");
+  CHECK(FormatDuration(-1) == "0.0 ms");
+  CHECK(FormatDuration(0.00042) == "0.4 ms");
+  CHECK(FormatDuration(0.0239152) == "24 ms");
+  CHECK(FormatDuration(0.9996) == "1.00 s");  // not "1000 ms"
+  CHECK(FormatDuration(1.234) == "1.23 s");
+  CHECK(FormatDuration(12.34) == "12.3 s");
+  CHECK(FormatDuration(59.96) == "1 min 00 s");  // not "60.0 s"
+  CHECK(FormatDuration(125.4) == "2 min 05 s");
+  CHECK(FormatDuration(3599.6) == "1 h 00 min");
+  CHECK(FormatDuration(11220) == "3 h 07 min");
+  CHECK(FormatByteRate(470400, 0.0239152) == "19.7 MB/s");
+  CHECK(FormatByteRate(1000, 0) == "");
+}

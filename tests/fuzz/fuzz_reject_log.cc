@@ -1,6 +1,7 @@
 // libFuzzer target: rejects.partial, the reject log a resumed build reads.
 // Input: the file's text. Every position ParseRejectLog accepts comes with
-// its "path<TAB>reason" line.
+// its entry (path, reason, retry), each field free of tabs and line breaks.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <set>
@@ -12,13 +13,19 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::set<size_t> positions;
-  std::vector<std::string> lines;
+  std::vector<kiln::ingest::RejectEntry> entries;
   const std::string text(reinterpret_cast<const char*>(data), size);
-  if (!kiln::ingest::ParseRejectLog(text, "rejects.partial", &positions, &lines).ok()) return 0;
-  KILN_FUZZ_CHECK(positions.size() <= lines.size());
-  for (const std::string& line : lines) {
-    KILN_FUZZ_CHECK(line.find('\n') == std::string::npos);
-    (void)kiln::ingest::RejectText(line);
+  if (!kiln::ingest::ParseRejectLog(text, "rejects.partial", &positions, &entries).ok()) return 0;
+  KILN_FUZZ_CHECK(positions.size() <= entries.size());
+  for (const kiln::ingest::RejectEntry& e : entries) {
+    KILN_FUZZ_CHECK(e.path.find('\n') == std::string::npos);
+    KILN_FUZZ_CHECK(e.path.find('\t') == std::string::npos);
+    KILN_FUZZ_CHECK(e.reason.find('\n') == std::string::npos);
+    KILN_FUZZ_CHECK(e.reason.find('\t') == std::string::npos);
   }
+  // What rejects.tsv makes of them reads back the same.
+  const std::string tsv = kiln::ingest::RejectsTsv(entries);
+  KILN_FUZZ_CHECK(static_cast<size_t>(std::count(tsv.begin(), tsv.end(), '\n')) ==
+                  entries.size() + 1);
   return 0;
 }

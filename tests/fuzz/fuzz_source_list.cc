@@ -21,7 +21,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const size_t h = std::hash<std::string>()(item->rel_path);
     item->size = h % 1000;
     item->mtime_ns = static_cast<int64_t>(h % 77);
-    return h % 5 != 0;  // one in five listed files is missing
+    // One in five listed files is missing, one in seven unreadable for now.
+    if (h % 5 == 0) return kiln::Status::NotFound("listed but not found");
+    if (h % 7 == 0) return kiln::Status::IOError("Permission denied");
+    return kiln::Status::OK();
   };
   kiln::ingest::SourceList list;
   if (!kiln::ingest::ParseSourceList(in, list_path, "/root", stat, &list).ok()) return 0;
@@ -34,8 +37,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     KILN_FUZZ_CHECK(it.label >= 0 && static_cast<size_t>(it.label) < list.classes.size());
     if (i > 0) KILN_FUZZ_CHECK(list.items[i - 1].rel_path < it.rel_path);
   }
-  for (const auto& [path, reason] : list.rejected)
-    KILN_FUZZ_CHECK(reason.compare(0, list_path.size(), list_path) == 0);  // names its line
+  for (const kiln::ingest::SourceReject& r : list.rejected) {
+    KILN_FUZZ_CHECK(r.reason.compare(0, list_path.size(), list_path) == 0);  // names its line
+    KILN_FUZZ_CHECK(!r.retry || r.reason.find("Permission denied") != std::string::npos);
+  }
   (void)kiln::ingest::SourceDigest(list);
   return 0;
 }

@@ -103,7 +103,8 @@ TEST_CASE("builds are byte-identical across thread counts", "[build]") {
   CHECK(fa == fb);
 }
 
-TEST_CASE("the same build again is up to date, changed sources need force", "[build]") {
+TEST_CASE("the same build again is up to date, --force rebuilds, changed sources need an option",
+          "[build]") {
   TempDir src, out;
   fs::copy(kFashion, src.path(), fs::copy_options::recursive);
   ingest::BuildOptions o = BuildOf(src.path(), out.path());
@@ -116,6 +117,23 @@ TEST_CASE("the same build again is up to date, changed sources need force", "[bu
   CHECK(again.result.written == 0);
   CHECK_THAT(again.log, Catch::Contains("up to date"));
   CHECK(CacheFiles(out.path()) == before);
+  // --force rebuilds an up-to-date cache from scratch, to the same bytes.
+  ingest::BuildOptions forced = o;
+  forced.force = true;
+  fs::remove(out / ShardFileName(0));  // what a rebuild must write again
+  const Built rebuilt = Build(forced);
+  REQUIRE(rebuilt.status.ToString() == "OK");
+  CHECK_FALSE(rebuilt.result.up_to_date);
+  CHECK(rebuilt.result.written == 300);
+  CHECK_THAT(rebuilt.log, Catch::Contains("rebuilding from scratch (--force)"));
+  CHECK(CacheFiles(out.path()) == before);
+  // --rebuild-if-changed keeps an up-to-date cache.
+  ingest::BuildOptions if_changed = o;
+  if_changed.rebuild_if_changed = true;
+  const Built kept = Build(if_changed);
+  REQUIRE(kept.status.ToString() == "OK");
+  CHECK(kept.result.up_to_date);
+  CHECK(kept.result.written == 0);
   // Options changed.
   ingest::BuildOptions f32 = o;
   f32.dtype = DType::kFloat32;
@@ -130,8 +148,10 @@ TEST_CASE("the same build again is up to date, changed sources need force", "[bu
   const Built stale = Build(o);
   CHECK(stale.status.IsStale());
   CHECK_THAT(stale.status.message(), Catch::Contains("source"));
-  o.force = true;
-  REQUIRE(Build(o).status.ToString() == "OK");
+  const Built changed_rebuilt = Build(if_changed);
+  REQUIRE(changed_rebuilt.status.ToString() == "OK");
+  CHECK(changed_rebuilt.result.written == 298);
+  CHECK_THAT(changed_rebuilt.log, Catch::Contains("--rebuild-if-changed"));
   std::unique_ptr<CacheReader> r;
   REQUIRE(CacheReader::Open(out.path(), ReaderOptions(), &r).ok());
   CHECK(r->size() == 298);

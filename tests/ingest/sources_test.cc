@@ -46,6 +46,46 @@ TEST_CASE("a symbolic link in an ImageFolder keeps its own path and class", "[so
   CHECK(list.items[1].label == 1);
 }
 
+TEST_CASE("symbolic link loops and links to nowhere are skipped and reported", "[sources]") {
+  TempDir src;
+  fs::create_directories(src / "a/sub");
+  fs::create_directories(src / "b");
+  fs::copy_file(kPhotos + "/chelsea.jpg", src / "a/1.jpg");
+  fs::copy_file(kPhotos + "/coffee.jpg", src / "b/2.jpg");
+  fs::create_directory_symlink("..", src / "a/loop");     // to SRC
+  fs::create_directory_symlink(".", src / "a/sub/self");  // to the folder it lies in
+  fs::create_symlink("l2.jpg", src / "b/l1.jpg");         // two links to each other
+  fs::create_symlink("l1.jpg", src / "b/l2.jpg");
+  fs::create_symlink("missing.jpg", src / "b/nowhere.jpg");  // to nothing
+  fs::create_directory_symlink(".", src / "c");              // a "class" that is SRC again
+  ingest::SourceList list;
+  REQUIRE(ingest::ListImageFolder(src.path(), &list).ok());
+  CHECK(list.classes == std::vector<std::string>{"a", "b"});
+  REQUIRE(list.items.size() == 2);
+  CHECK(list.items[0].rel_path == "a/1.jpg");
+  CHECK(list.items[1].rel_path == "b/2.jpg");
+  std::vector<std::string> rejected;
+  for (const ingest::SourceReject& r : list.rejected) {
+    CHECK_FALSE(r.retry);  // the tree's own shape: no retry mends it
+    rejected.push_back(r.path.substr(list.root.size() + 1) + ": " + r.reason);
+  }
+  CHECK(rejected ==
+        std::vector<std::string>{
+            "a/loop: a symbolic link loop: it leads back to the source root; not followed",
+            "a/sub/self: a symbolic link loop: it leads back to " + list.root +
+                "/a/sub; not followed",
+            "b/l1.jpg: a symbolic link loop (Too many levels of symbolic links); not followed",
+            "b/l2.jpg: a symbolic link loop (Too many levels of symbolic links); not followed",
+            "b/nowhere.jpg: a symbolic link to a file that does not exist",
+            "c: a symbolic link loop: it leads back to the source root; not a class"});
+  // The folder `skip` (a cache being built inside SRC) is not listed.
+  fs::copy_file(kPhotos + "/camera.jpg", src / "a/sub/3.jpg");
+  REQUIRE(ingest::ListImageFolder(src.path(), &list, src / "a/sub").ok());
+  CHECK(list.items.size() == 2);
+  REQUIRE(ingest::ListImageFolder(src.path(), &list).ok());
+  CHECK(list.items.size() == 3);
+}
+
 TEST_CASE("an empty class folder is an error naming it", "[sources]") {
   TempDir dir;
   fs::create_directories(dir / "full");
@@ -80,8 +120,8 @@ TEST_CASE("list files and CSV", "[sources]") {
     REQUIRE(ingest::ReadSourceList(root, out / "neg.txt", &neg).ok());
     CHECK(neg.items.size() == 1);
     REQUIRE(neg.rejected.size() == 1);
-    CHECK(neg.rejected[0].first == neg.root + "/photos/coffee.jpg");
-    CHECK_THAT(neg.rejected[0].second, Catch::Contains("neg.txt:2") && Catch::Contains("label -1"));
+    CHECK(neg.rejected[0].path == neg.root + "/photos/coffee.jpg");
+    CHECK_THAT(neg.rejected[0].reason, Catch::Contains("neg.txt:2") && Catch::Contains("label -1"));
     WriteFile(out / "big.txt", "photos/chelsea.jpg 99999999999999999999\n");
     Status s = ingest::ReadSourceList(root, out / "big.txt", &list);
     CHECK(s.IsInvalidArgument());
@@ -117,13 +157,13 @@ TEST_CASE("list files and CSV", "[sources]") {
     REQUIRE(ingest::ReadSourceList(root, out / "bad.txt", &list).ok());
     REQUIRE(list.items.size() == 2);
     REQUIRE(list.rejected.size() == 3);
-    CHECK(list.rejected[0].first == "nolabel");
-    CHECK(list.rejected[0].second == out / "bad.txt:2: expected \"relative/path label\"");
-    CHECK(list.rejected[1].first == "../etc/passwd");
-    CHECK_THAT(list.rejected[1].second,
+    CHECK(list.rejected[0].path == "nolabel");
+    CHECK(list.rejected[0].reason == out / "bad.txt:2: expected \"relative/path label\"");
+    CHECK(list.rejected[1].path == "../etc/passwd");
+    CHECK_THAT(list.rejected[1].reason,
                Catch::StartsWith(out / "bad.txt:3: the path is outside the source root"));
-    CHECK(list.rejected[2].first == list.root + "/photos/gone.jpg");
-    CHECK(list.rejected[2].second == out / "bad.txt:4: listed but not found");
+    CHECK(list.rejected[2].path == list.root + "/photos/gone.jpg");
+    CHECK(list.rejected[2].reason == out / "bad.txt:4: listed but not found");
     WriteFile(out / "h.csv", "path;label\n");
     Status s = ingest::ReadSourceList(root, out / "h.csv", &list);
     CHECK(s.IsInvalidArgument());

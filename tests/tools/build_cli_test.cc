@@ -27,6 +27,20 @@ namespace {
 int Kiln(const std::string& args, std::string* out) {
   return RunCommand(std::string(KILN_BIN) + " " + args, out);
 }
+
+// A duration as units.h's FormatDuration writes it ("24 ms", "1.23 s",
+// "2 min 05 s"), never a raw double such as "0.0239152 s".
+const std::string kDuration =
+    R"((\d{1,3}(\.\d)? ms|\d{1,2}\.\d{1,2} s|\d+ min \d\d s|\d+ h \d\d min))";
+const std::string kBytes = R"(\d+(\.\d)? [KMGT]?B)";
+
+// The line of `log` that starts with `prefix` ("" when none).
+std::string LineOf(const std::string& log, const std::string& prefix) {
+  std::istringstream in(log);
+  for (std::string line; std::getline(in, line);)
+    if (line.compare(0, prefix.size(), prefix) == 0) return line;
+  return "";
+}
 }  // namespace
 
 TEST_CASE("kiln build: flags into options, its summary, up to date, stale exits 1", "[cli]") {
@@ -36,6 +50,11 @@ TEST_CASE("kiln build: flags into options, its summary, up to date, stale exits 
   REQUIRE(Kiln(cmd + " --dtype float16 --mean 0.5 --std 0.25", &log) == 0);
   CHECK_THAT(log, Catch::Contains("kiln build: 300 written, 0 rejected") &&
                       Catch::Contains("-> " + out.path()));
+  // Time and rate in human units.
+  CHECK_THAT(LineOf(log, "kiln build:"),
+             Catch::Matches("kiln build: 300 written, 0 rejected in " + kDuration + " \\(" +
+                            kBytes + ", " + kBytes + "/s\\) -> .*"));
+  const auto first = CacheFiles(out.path());
   Manifest m;
   REQUIRE(ReadManifest(out.path(), &m).ok());
   CHECK(m.shape.ToString() == "1x28x28");
@@ -46,10 +65,24 @@ TEST_CASE("kiln build: flags into options, its summary, up to date, stale exits 
   REQUIRE(Kiln(cmd + " --mean 0.5 --std 0.25", &log) == 0);
   CHECK_THAT(log, Catch::Contains("up to date"));
   CHECK_THAT(log, !Catch::Contains("written"));
+  // --force rebuilds it, to the same bytes; --rebuild-if-changed keeps it.
+  fs::remove(out / ShardFileName(0));
+  REQUIRE(Kiln(cmd + " --mean 0.5 --std 0.25 --force", &log) == 0);
+  CHECK_THAT(log, Catch::Contains("rebuilding from scratch (--force)") &&
+                      Catch::Contains("kiln build: 300 written"));
+  CHECK(CacheFiles(out.path()) == first);
+  REQUIRE(Kiln(cmd + " --mean 0.5 --std 0.25 --rebuild-if-changed", &log) == 0);
+  CHECK_THAT(log, Catch::Contains("up to date") && !Catch::Contains("written"));
+  REQUIRE(Kiln("build --help", &log) == 0);
+  CHECK_THAT(
+      log, Catch::Contains("even an up-to-date cache") && Catch::Contains("--rebuild-if-changed"));
   CHECK(Kiln(cmd + " --mean 0.5 --std 0.25 --dtype float32", &log) == 1);
   CHECK_THAT(log, Catch::Contains("dtype") && Catch::Contains("--force"));
   CHECK(Kiln("verify " + out.path(), &log) == 0);
   CHECK_THAT(log, Catch::Contains("OK: the cache is intact"));
+  CHECK_THAT(LineOf(log, "kiln verify"),
+             Catch::Matches("kiln verify .* \\(level full\\): 300 records, " + kBytes +
+                            " checksummed in " + kDuration + " \\(" + kBytes + "/s\\)"));
 }
 
 TEST_CASE("kiln build names the first rejected input; under --strict it exits 1", "[cli]") {
@@ -100,6 +133,8 @@ TEST_CASE("kiln build: usage and environment errors exit 2", "[cli]") {
     CHECK_THAT(log, Catch::Contains("original build"));
     CHECK(Kiln(cmd + " --resize 32 --repair", &log) == 0);
     CHECK_THAT(log, Catch::Contains("nothing to repair"));
+    CHECK(Kiln(cmd + " --resize 32 --repair --force", &log) == 2);
+    CHECK_THAT(log, Catch::Contains("give one of them"));
   }
 }
 
@@ -124,6 +159,9 @@ TEST_CASE("kiln build takes its part from the launcher's environment; kiln merge
   REQUIRE(Kiln("merge " + parts.path(), &log) == 0);
   CHECK_THAT(log,
              Catch::Contains("kiln merge: 4 parts") && Catch::Contains("no tensor data copied"));
+  CHECK_THAT(LineOf(log, "kiln merge:"),
+             Catch::Matches("kiln merge: 4 parts, 300 records in \\d+ shards, in " + kDuration +
+                            " -> .* \\(no tensor data copied\\)"));
   CHECK(Kiln("verify " + parts.path(), &log) == 0);
   // Nothing left to merge: a usage error.
   CHECK(Kiln("merge " + parts.path(), &log) == 2);

@@ -88,3 +88,24 @@ TEST_CASE("kiln train --save killed at seeded random moments resumes from its la
   REQUIRE(status == 0);
   CHECK(GlobalStep(ck) == last_step + 3);
 }
+
+TEST_CASE("kiln train ends with a summary in human units", "[train]") {
+  TempDir dir;
+  WriteTestCache(dir / "data", 64, DType::kFloat16, MakeShape({1, 8, 8}), 4);
+  const std::string log = dir / "log";
+  const int status = WaitExit(
+      StartTrain({"--data", dir / "data", "--model", "mlp", "--epochs", "2", "--batch-size", "16",
+                  "--log-every", "0", "--precision", "fp32", "--device", "cpu"},
+                 log));
+  const std::string out = ReadFile(log);
+  INFO(out);
+  REQUIRE(status == 0);
+  const size_t at = out.find("kiln train: ");
+  REQUIRE(at != std::string::npos);
+  const std::string line = out.substr(at, out.find('\n', at) - at);
+  // "kiln train: 2 epochs (8 steps in all) in 24 ms, 5333 samples/s": the
+  // time as units.h's FormatDuration writes it, never a raw double.
+  CHECK_THAT(line, Catch::Matches(R"(kiln train: 2 epochs \(8 steps in all\) in )"
+                                  R"((\d{1,3}(\.\d)? ms|\d{1,2}\.\d{1,2} s|\d+ min \d\d s))"
+                                  R"(, \d+ samples/s)"));
+}

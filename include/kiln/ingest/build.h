@@ -12,7 +12,6 @@
 #include <cstdint>
 #include <functional>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "kiln/duplicates.h"
@@ -32,23 +31,42 @@ struct SourceItem {
   int64_t mtime_ns = 0;
 };
 
+// What the listing could not use, and why.
+struct SourceReject {
+  std::string path;    // the absolute path (a list file's line itself when it names none)
+  std::string reason;  // what was wrong, naming the list file's line where there is one
+  // The cause lay in the environment (permission denied, an I/O error):
+  // the next build lists it again.
+  bool retry = false;
+};
+
 struct SourceList {
   std::string root;                  // absolute path of the source root
   std::string layout;                // "imagefolder", "list" or "csv"
   std::vector<std::string> classes;  // label i names classes[i]
   std::vector<SourceItem> items;     // sorted by rel_path
-  // Lines of a list file or CSV that name no usable file - a path outside
-  // the root, a missing file, a bad label, a line that does not parse - as
-  // (path, reason naming the line): kiln build logs them in rejects.tsv
-  // like undecodable images (and --strict fails on the first).
-  std::vector<std::pair<std::string, std::string>> rejected;
+  // What the listing skipped, in a stable order: folders or files of an
+  // ImageFolder tree that could not be read, symbolic link loops; lines of
+  // a list file or CSV that name no usable file - a path outside the root,
+  // a missing file, a bad label, a line that does not parse. kiln build
+  // logs them in rejects.tsv like undecodable images (and --strict fails
+  // on the first).
+  std::vector<SourceReject> rejected;
+  // How many of `rejected` can be retried.
+  uint64_t retryable() const;
 };
 
 // ImageFolder: ROOT/<class>/<file>; classes sorted by name, exactly as
 // torchvision's ImageFolder, so labels agree with PyTorch. Only files with
-// an image extension are listed (torchvision's IMG_EXTENSIONS + .webp/.tif).
-// An empty class folder is an InvalidArgument naming it.
-Status ListImageFolder(const std::string& root, SourceList* out);
+// an image extension are listed (torchvision's IMG_EXTENSIONS + .webp/.tif),
+// below each class folder at any depth, through symbolic links (a link
+// keeps its own path and class). Never stops for one bad part of the tree:
+// a folder or file that cannot be read, a symbolic link loop (a link to a
+// folder it lies in) or a link that leads nowhere goes to out->rejected
+// and the rest is listed. The folder `skip` (the cache being built, when
+// it lies inside ROOT; "" for none) is not listed. An empty class folder
+// (with nothing rejected in it) is an InvalidArgument naming it.
+Status ListImageFolder(const std::string& root, SourceList* out, const std::string& skip = "");
 // A list file of "relative/path label" lines (Caffe's convert_imageset), or
 // a CSV with a header "path,label" (label a class name or an index): chosen
 // by the ".csv" extension. Paths are relative to `root`. A line that does
@@ -57,8 +75,10 @@ Status ListImageFolder(const std::string& root, SourceList* out);
 // no usable line at all is an InvalidArgument naming the file.
 Status ReadSourceList(const std::string& root, const std::string& list_path, SourceList* out);
 
-// ListImageFolder(root) when `list_file` is empty, else ReadSourceList.
-Status ListSources(const std::string& root, const std::string& list_file, SourceList* out);
+// ListImageFolder(root, skip) when `list_file` is empty, else
+// ReadSourceList.
+Status ListSources(const std::string& root, const std::string& list_file, SourceList* out,
+                   const std::string& skip = "");
 
 // XXH3 digest (hex) of the sorted (path, label, size, mtime) list.
 std::string SourceDigest(const SourceList& list);
@@ -81,7 +101,11 @@ struct BuildOptions {
   int threads = 0;                   // 0 = all cores
   int64_t max_pixels = 100'000'000;  // reject headers claiming more pixels
   bool strict = false;               // any rejected input fails the build (exit 1)
-  bool force = false;                // rebuild when sources or options changed
+  bool force = false;                // rebuild from scratch, even an up-to-date cache
+  // Rebuild a cache (or an unfinished build) whose sources or options
+  // changed, and keep an up-to-date one; without it (and without force) a
+  // changed cache is a Stale error that leaves it as it is.
+  bool rebuild_if_changed = false;
   bool repair = false;  // rewrite only the records verify finds bad, from their sources
   int num_parts = 1;    // > 1: build only part `part` (0-based) of num_parts,
   int part = 0;         //   into OUT/part-IIIII-of-NNNNN (per split); see MergeParts
@@ -96,6 +120,12 @@ struct BuildResult {
   bool resumed = false;             // continued an interrupted build
   std::vector<std::string> caches;  // directories written
   std::string first_reject;         // "path: reason"
+  // Rejected inputs whose cause lay in the environment, not in the file
+  // (permission denied, an I/O error, no descriptor or memory left; marked
+  // "yes" in rejects.tsv's retry column): the next build with the same
+  // arguments tries them again, and rebuilds when one comes out otherwise.
+  // On an up-to-date cache: those that were tried again and still fail.
+  uint64_t retryable = 0;
   // Records with the same pixels as another, and val records also in train,
   // over every cache of OUT; duplicates_file is OUT/duplicates.tsv when this
   // run wrote it ("" for a repair, a part, or an up-to-date OUT).
@@ -116,6 +146,7 @@ struct MergeResult {
   uint64_t copied_records = 0;  // rewritten because an earlier part rejected inputs
   DuplicateCounts duplicates;   // over the merged caches (OUT/duplicates.tsv)
   std::string duplicates_file;
+  double seconds = 0;  // the whole merge, the duplicate report included
 };
 
 // kiln merge: joins the parts of a cache built with --num-parts N into one
@@ -131,9 +162,13 @@ Status MergeParts(const std::string& out, const std::vector<std::string>& parts,
 
 // Builds (or resumes, or confirms up to date) the cache(s) described by
 // `options`, then finds duplicate records and train/val overlap over them
-// (OUT/duplicates.tsv). Returns InvalidArgument for bad options or layouts, Stale when
-// OUT holds a cache made from other sources/options and !force, Corruption
-// under strict when an input is rejected (naming the first), IOError.
+// (OUT/duplicates.tsv). A cache whose build could not read some inputs for
+// a cause outside them (BuildResult::retryable) is rebuilt by the next call
+// as soon as one of them reads otherwise. Returns InvalidArgument for bad
+// options or layouts (OUT being SRC itself, say), Stale when OUT holds a
+// cache made from other sources/options (unless force or
+// rebuild_if_changed), Corruption under strict when an input is rejected
+// (naming the first), IOError.
 Status BuildCache(const BuildOptions& options, const ProgressFn& progress, const InfoFn& info,
                   BuildResult* result);
 
