@@ -1,15 +1,20 @@
 // Loader: fills caller-owned batch slots from a cache with worker threads,
 // while the consumer works on earlier batches.
 //
-// One copy: each record's payload goes from the LMDB memory map straight
-// into its place in a slot (with the optional crop/flip fused into that
-// copy); labels go into the slot's label array. Nothing is allocated per
-// sample, and the dataset is never copied into anonymous memory.
+// One copy: each record's payload goes from the cache straight into its
+// place in a slot - copied out of the LMDB memory map when the epoch's
+// records are in the page cache, read with preadv when they are not (see
+// Read-ahead) - with the optional crop/flip fused into that copy (a cold
+// record with a crop is read whole into the worker's buffer first); labels
+// go into the slot's label array. Nothing is allocated per sample, and the
+// dataset is never copied into anonymous memory. The slots are the caller's:
+// kiln.Loader's host tensors view them; a device (or a dtype conversion)
+// costs the copy to it, from the slot.
 //
 // Order: per epoch a seeded permutation - kiln's one shuffle
 // (kiln/shuffle.h), seeded from `seed` and the epoch: the same on every
-// machine and for every worker count - or sequential order; rank r of W takes every W-th
-// index of the (wrap-around padded) permutation as PyTorch's
+// machine and for every worker count - or sequential order; rank r of W
+// takes every W-th index of the (wrap-around padded) permutation as PyTorch's
 // DistributedSampler does, so every rank gets the same number of batches.
 //
 // Protocol: StartEpoch(e, b) -> Next() ... Release(slot) ... until Next()

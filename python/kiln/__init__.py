@@ -158,10 +158,11 @@ def verify(path, level="full", threads=0):
     record's header, each shard's LMDB structure, counts) or "full" (also
     every checksum and NaN/Inf); `threads` 0 = all cores. A damaged cache is
     a report with clean False, not an exception; a missing directory raises
-    FileNotFoundError. Each shard's LMDB pages are checked before LMDB reads
-    them, so a damaged shard is reported where opening it with Cache or
-    Loader could crash the interpreter: verify a cache that was copied or
-    stored on doubtful media before training from it."""
+    FileNotFoundError. Each shard's LMDB pages are checked before LMDB
+    reads them (Cache and Loader check the tree when they open a cache;
+    verify also reads every value's pages and recomputes every checksum):
+    verify a cache that was copied or stored on doubtful media before
+    training from it."""
     return json.loads(_kiln.verify(os.fspath(path), str(level), int(threads)))
 
 
