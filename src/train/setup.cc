@@ -76,7 +76,10 @@ Status Trainer::Setup() {
        << (std::getenv("OMP_WAIT_POLICY") ? std::getenv("OMP_WAIT_POLICY") : "unset (spinning)")
        << "\n";
   KILN_RETURN_IF_ERROR(ResolvePrecision(o_.precision, device_, &precision_, &precision_why_));
-  scaler_ = LossScaler(LossScalerOptions{precision_ == Precision::kFp16});
+  LossScalerOptions so;
+  so.enabled = precision_ == Precision::kFp16;
+  so.device = device_;
+  scaler_ = LossScaler(so);
 
   // Caches: verified, and the validation cache preprocessed like the training one.
   KILN_RETURN_IF_ERROR(OpenCache(o_.data, o_.verify, &train_));

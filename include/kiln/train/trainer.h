@@ -27,9 +27,9 @@ namespace kiln::train {
 enum class OptimizerKind { kSgd, kAdamW };
 enum class LrSchedule { kConstant, kStep, kCosine, kOneCycle };
 enum class LrScaling { kNone, kLinear, kSqrt };
-// kAuto: bf16 on a GPU that runs bf16 matrix products, fp16 on another
-// GPU; on the CPU bf16 where it computes bf16 natively, fp32 otherwise
-// (ResolvePrecision in amp.h).
+// kAuto: bf16 on a GPU of compute capability 8.0 or more, fp16 with loss
+// scaling on an older one; on the CPU bf16 where it computes bf16
+// natively, fp32 otherwise (ResolvePrecision in amp.h).
 enum class PrecisionChoice { kAuto, kFp32, kBf16, kFp16 };
 
 const char* OptimizerName(OptimizerKind v);
