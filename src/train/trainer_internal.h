@@ -183,6 +183,7 @@ class Trainer {
   std::vector<std::string> optimized_;
   std::vector<std::vector<std::string>> groups_;  // optimized_, by optimizer group
   int64_t batch_ = 0;
+  int64_t optimizer_state_ = 0;  // bytes, added to each batch-size trial's peak
   std::string resume_dir_;  // the checkpoint --resume reads (FindCheckpoint)
   Checkpoint start_;        // where this run starts (a resumed checkpoint or zero)
   int64_t global_step_ = 0;

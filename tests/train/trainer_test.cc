@@ -137,6 +137,17 @@ TEST_CASE("automatic batch size stops at out-of-memory, the budget or a plateau"
 
   CHECK(SearchBatchSize(32, 4096, 1000, device, &chosen, &table).IsInvalidArgument());
 
+  // The optimizer's state, which the trials do not hold, is added to their
+  // peaks: a momentum buffer per parameter, AdamW's two moments.
+  TrainOptions so;
+  so.optimizer = OptimizerKind::kSgd;
+  so.momentum = 0.9;
+  CHECK(OptimizerStateBytes(so, 1000) == 1000);
+  so.momentum = 0;
+  CHECK(OptimizerStateBytes(so, 1000) == 0);
+  so.optimizer = OptimizerKind::kAdamW;
+  CHECK(OptimizerStateBytes(so, 1000) == 2000);
+
   // A trial that fails for another reason (a damaged record) ends the search
   // with that error instead of passing for a rate.
   auto damaged = [&](int64_t b) {
@@ -162,6 +173,8 @@ TEST_CASE("automatic batch size stops at out-of-memory, the budget or a plateau"
   REQUIRE(s.ok());
   CHECK((r.batch_size == 32 || r.batch_size == 64));
   CHECK(log.str().find("chose") != std::string::npos);
+  // cnn's 0.1 M parameters: 0.4 MB of SGD momentum in every peak.
+  CHECK_THAT(log.str(), Catch::Contains("peaks include 0.4 MB of sgd state"));
 }
 
 TEST_CASE("frozen parameters stay unchanged and are not optimized", "[train]") {
