@@ -74,37 +74,19 @@ Status Trainer::Step(TensorLoader& loader, Meter& meter, bool* epoch_end, bool* 
            << x.device().str() << "\n";
       first_batch_checked_ = true;
     }
+    // The last micro-batch's backward starts the gradient all-reduce.
+    if (reducer_ && k + 1 == o_.accum_steps) reducer_->Arm();
     ForwardBackward(x, y, &meter);
   }
   // Ctrl-C on any rank stops every rank after this same step.
   clock_.Restart();
-  *stop = dist_ ? ReduceGradients(g_sigint.load() > 0) : g_sigint.load() > 0;
+  *stop = reducer_ ? reducer_->Finish(g_sigint.load() > 0) : g_sigint.load() > 0;
   const bool finite = scaler_.UnscaleAndCheck(trainable_);
   if (finite) opt_->step();
   scaler_.Update(!finite);
   opt_->zero_grad();
   clock_.Lap(&phases_.optimizer);
   return Status::OK();
-}
-
-bool Trainer::ReduceGradients(bool stop_here) {
-  std::vector<torch::Tensor> flat;
-  for (auto& p : trainable_) {
-    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
-    flat.push_back(p.grad().reshape({-1}));
-  }
-  const auto opts = flat.empty() ? torch::TensorOptions() : flat[0].options();
-  flat.push_back(torch::full({1}, stop_here ? 1.0 : 0.0, opts));
-  torch::Tensor buf = torch::cat(flat);
-  dist_->AllReduceSum(buf);
-  buf.div_(dist_->world());
-  int64_t off = 0;
-  for (auto& p : trainable_) {
-    const int64_t n = p.numel();
-    p.mutable_grad().copy_(buf.narrow(0, off, n).view_as(p));
-    off += n;
-  }
-  return buf[off].item<double>() > 0;
 }
 
 void Trainer::ReduceMeter(Meter* m) {
@@ -190,6 +172,7 @@ Status Trainer::Run(TrainResult* result) {
   result->batch_size = batch_;
   result->intra_op_threads = torch::get_num_threads();
   result->optimized = optimized_;
+  if (dist_) reducer_ = std::make_unique<GradReducer>(dist_.get(), trainable_);
 
   std::unique_ptr<TensorLoader> loader;
   KILN_RETURN_IF_ERROR(
@@ -202,7 +185,7 @@ Status Trainer::Run(TrainResult* result) {
                                    " x " + std::to_string(o_.accum_steps) +
                                    "; lower --batch-size or --accum-steps");
   const int64_t total_steps = steps_per_epoch * o_.epochs;
-  if (o_.profile) clock_.Enable(device_.is_cuda());
+  if (o_.profile) clock_.Enable(device_);
   const std::string interrupt_dir = o_.save.empty() ? "kiln-checkpoint" : o_.save;
 
   for (int64_t epoch = start_.epoch; epoch < o_.epochs; ++epoch) {
@@ -297,7 +280,7 @@ Status Trainer::Run(TrainResult* result) {
         return Status::OK();
       }
     }
-    if (device_.is_cuda()) torch::cuda::synchronize();
+    if (device_.is_cuda()) torch::cuda::synchronize(device_.index());
     EpochStats es;
     es.epoch = static_cast<int>(epoch + 1);
     const double run_seconds = Seconds(t_epoch), run_wait = loader->TakeWaitSeconds();

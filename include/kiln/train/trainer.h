@@ -81,7 +81,8 @@ struct TrainOptions {
   double gamma = 0.1;
   double label_smoothing = 0;
   PrecisionChoice precision = PrecisionChoice::kAuto;
-  std::string device = "auto";      // auto | cpu | cuda | cuda:N
+  std::string device = "auto";      // auto | cpu | cuda | cuda:N; under a launcher (LOCAL_RANK
+                                    // set) cuda and auto mean cuda:LOCAL_RANK
   uint64_t seed = 0;
   int threads = 0;                  // LibTorch intra-op threads; 0 = on the CPU, kiln's choice
                                     // (DefaultCpuThreads), on a GPU LibTorch's default
