@@ -57,6 +57,7 @@ Status Trainer::Setup() {
     out_ << "dist   " << joined << ": each rank trains on its share of every epoch\n";
   }
   if (!o_.save.empty() && lead()) KILN_RETURN_IF_ERROR(CheckSaveLocation(o_.save));
+  ring_ = std::make_shared<HostRing>(device_);
   // Threads: --threads, else on the CPU kiln's choice (DefaultCpuThreads).
   const bool choose_threads = o_.threads <= 0 && device_.is_cpu();
   if (o_.threads > 0 || choose_threads)
@@ -190,6 +191,7 @@ TensorLoaderOptions Trainer::LoaderFor(int64_t batch, bool train) const {
   lo.slots = o_.workers + 2;
   lo.device = device_;
   lo.channels_last = o_.channels_last;
+  lo.ring = ring_;
   return lo;
 }
 

@@ -142,6 +142,7 @@ class Trainer {
   Status Setup();
   Status BuildModel();
   TensorLoaderOptions LoaderFor(int64_t batch, bool train) const;
+  int64_t EvalBatch() const { return std::max<int64_t>(batch_, 64); }
   // batch_size.cc
   Status ChooseBatchSize();
   BatchTrial Trial(int64_t batch);
@@ -176,6 +177,7 @@ class Trainer {
   NullBuffer null_buffer_;
   std::unique_ptr<Collective> dist_;
   torch::Device device_ = torch::kCPU;  // with an index when CUDA (ChooseDevice)
+  std::shared_ptr<HostRing> ring_;      // every loader's host slots
   Precision precision_ = Precision::kFp32;
   std::string precision_why_;  // why --precision auto chose precision_, for the log
   std::unique_ptr<CacheReader> train_, val_;

@@ -70,6 +70,8 @@ TEST_CASE("cnn on sample_data: the loss falls and accuracy rises above chance", 
   CHECK(r.epochs.back().val_top5 > r.epochs.back().val_top1);
   CHECK(r.epochs.back().data_wait_seconds >= 0);
   CHECK(log.str().find("input is") != std::string::npos);
+  // One host ring for training and evaluation (batch 64), sized once.
+  CHECK(r.host_ring_allocations == 1);
   // One JSON line per epoch (log_every 0: no step lines).
   const std::string metrics = ReadFile(dir / "metrics.jsonl");
   CHECK(std::count(metrics.begin(), metrics.end(), '\n') == 4);
@@ -173,6 +175,7 @@ TEST_CASE("automatic batch size stops at out-of-memory, the budget or a plateau"
   CHECK(log.str().find("chose") != std::string::npos);
   // cnn's 0.1 M parameters: 0.4 MB of SGD momentum in every peak.
   CHECK_THAT(log.str(), Catch::Contains("peaks include 0.4 MB of sgd state"));
+  CHECK(r.host_ring_allocations == 2);  // grown for trials 32 and 64, then reused
 }
 
 TEST_CASE("frozen parameters stay unchanged and are not optimized", "[train]") {

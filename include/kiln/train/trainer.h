@@ -124,6 +124,7 @@ struct TrainResult {
   bool interrupted = false;        // stopped by SIGINT after saving a checkpoint
   std::string checkpoint;          // the last checkpoint written, "" if none
   int intra_op_threads = 0;        // LibTorch's intra-op threads while training
+  int host_ring_allocations = 0;   // times the loaders' shared host slots were allocated
 };
 
 // The intra-op threads kiln train gives LibTorch on the CPU without
