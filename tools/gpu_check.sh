@@ -2,15 +2,19 @@
 # kiln's GPU check, for a lent GPU machine (../shared/gpu/README.md): builds
 # kiln's core and trainer (no image part) against the CUDA LibTorch inside
 # that machine's PyTorch wheel, with the Debian packages of .gpu-debs/
-# unpacked into a prefix; runs every test, then the [cuda] ones; trains on
-# the GPU; prints a short table last. Writes logs to $OUT (or /tmp).
+# unpacked into a prefix, NCCL (c10d's ProcessGroupNCCL, with the
+# nvidia-nccl wheel's nccl.h) included; runs every test, then the [cuda]
+# ones; trains on the GPU, and on 2 processes over NCCL; prints a short
+# table last. Writes logs to $OUT (or /tmp).
 #
 #   on a development machine, once:  ../shared/gpu/fetch_debs.sh .gpu-debs
 #   then, through the device tool:   bash tools/gpu_check.sh
 #
 # Environment (all optional): KILN_TORCH_PREFIX (CMake prefix of LibTorch;
 # default: the wheel's torch.utils.cmake_prefix_path), KILN_DEPS_DIR
-# (/tmp/kiln-deps), KILN_GPU_BUILD (/tmp/kiln-gpu-build).
+# (/tmp/kiln-deps), KILN_GPU_BUILD (/tmp/kiln-gpu-build),
+# KILN_NCCL_INCLUDE_DIR (the folder of nccl.h; default: searched for in
+# Python's site-packages/nvidia and the CUDA and system include folders).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -44,10 +48,21 @@ export PKG_CONFIG_PATH=$deps/usr/lib/x86_64-linux-gnu/pkgconfig:$deps/usr/share/
 export LD_LIBRARY_PATH=$deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 cuda=()
 [ -x /usr/local/cuda/bin/nvcc ] && cuda=(-DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc -DCUDAToolkit_ROOT=/usr/local/cuda)
+# nccl.h for c10d's ProcessGroupNCCL: the wheel's LibTorch has NCCL, its
+# header comes with the nvidia-nccl wheel.
+nccl_inc=${KILN_NCCL_INCLUDE_DIR:-$(python3 tools/find_nccl.py 2>/dev/null)}
+nccl=()
+[ -n "$nccl_inc" ] && nccl=(-DKILN_NCCL_INCLUDE_DIR="$nccl_inc")
 
-step configure cmake -S . -B "$b" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_WITH_IMAGE=OFF \
-  -DCMAKE_PREFIX_PATH="$torch_prefix;$deps/usr" "${cuda[@]}" &&
-step build cmake --build "$b" -j "$(nproc)" &&
+KEY="distributed backends" step configure cmake -S . -B "$b" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DKILN_WITH_IMAGE=OFF -DCMAKE_PREFIX_PATH="$torch_prefix;$deps/usr" "${cuda[@]}" "${nccl[@]}" &&
+{
+  step build cmake --build "$b" -j "$(nproc)" ||
+  # NCCL's file failed to compile: record it, build the rest without NCCL.
+  { grep -q "collective_nccl" "$out/build.log" &&
+    step build-without-nccl bash -c "cmake -S . -B '$b' -DKILN_WITH_NCCL=OFF >/dev/null &&
+                                     cmake --build '$b' -j $(nproc)"; }
+} &&
 {
   KEY="tests passed" step ctest bash -c "cd '$b' && ctest -j 8 --output-on-failure"
   KEY="test cases|All tests passed" step cuda-tests "$b/tests/train/kiln_train_tests" "[cuda]"
@@ -66,6 +81,10 @@ step build cmake --build "$b" -j "$(nproc)" &&
     step train-auto "${train[@]}" --precision auto --batch-size 256 --epochs 2 --metrics "$out/train-auto.jsonl"
     step train-fp16 "${train[@]}" --precision fp16 --batch-size 256 --epochs 1
     step train-batch-auto "${train[@]}" --precision auto --batch-size auto --epochs 1
+    # Two ranks over NCCL on this machine's one GPU (both --device cuda:0:
+    # LOCAL_RANK 1 would mean cuda:1). NCCL may refuse two ranks on one GPU;
+    # the last line says which happened.
+    step nccl-2-ranks tools/gpu_two_ranks.sh "$b/kiln" /tmp/kiln-gpu-cache "$out"
   }
   step nvidia-smi nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv
 }

@@ -4,7 +4,10 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include <map>
+
 #include "core/cpus.h"
+#include "device_copy.h"
 
 // LibTorch 2.4 replaced the per-device autocast setters with ones that take
 // a DeviceType; 1.13 has only the old ones.
@@ -12,6 +15,13 @@
 #define KILN_AUTOCAST_BY_DEVICE_TYPE 1
 #else
 #define KILN_AUTOCAST_BY_DEVICE_TYPE 0
+#endif
+// The fused loss-scaling ops have CPU kernels from LibTorch 2.3 on (CUDA
+// ones in every version kiln builds against).
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+#define KILN_AMP_OPS_ON_CPU 1
+#else
+#define KILN_AMP_OPS_ON_CPU 0
 #endif
 
 namespace kiln::train {
@@ -39,14 +49,13 @@ Status ResolvePrecision(PrecisionChoice choice, const torch::Device& device, Pre
           "--precision fp16 on the CPU needs LibTorch >= 2.4 (this one is " TORCH_VERSION
           "); use --precision bf16 or fp32");
   } else if (device.is_cuda()) {  // kAuto
-    *out = Precision::kFp16;
-    try {
-      auto a = torch::ones({16, 16}, torch::TensorOptions().dtype(torch::kBFloat16).device(device));
-      (void)a.matmul(a).sum().item<float>();
-      *out = Precision::kBf16;
-    } catch (const c10::Error&) {
+    int major = 0, minor = 0;
+    if (internal::CudaCapability(device, &major, &minor)) {
+      *out = GpuAutoPrecision(major, minor, why);
+    } else {
+      *out = Precision::kFp16;
+      if (why) *why = "auto: the GPU's compute capability is unknown";
     }
-    if (why) *why = *out == Precision::kBf16 ? "auto: the GPU runs bf16" : "auto: no bf16 on the GPU";
   } else {  // kAuto on the CPU
     const bool native = CpuHasNativeBf16();
     *out = native ? Precision::kBf16 : Precision::kFp32;
@@ -56,6 +65,16 @@ Status ResolvePrecision(PrecisionChoice choice, const torch::Device& device, Pre
                     : "auto: this CPU has no native bf16";
   }
   return Status::OK();
+}
+
+Precision GpuAutoPrecision(int major, int minor, std::string* why) {
+  const bool native = major >= 8;
+  if (why)
+    *why =
+        "auto: compute capability " + std::to_string(major) + "." + std::to_string(minor) +
+        (native ? " computes bf16 natively"
+                : " emulates bf16 slowly, so fp16 with loss scaling; --precision bf16 forces it");
+  return native ? Precision::kBf16 : Precision::kFp16;
 }
 
 AutocastGuard::AutocastGuard(const torch::Device& device, Precision precision) {
@@ -104,41 +123,71 @@ AutocastGuard::~AutocastGuard() {
 }
 
 LossScaler::LossScaler(LossScalerOptions options)
-    : opt_(options), scale_(options.enabled ? options.init_scale : 1.0) {}
+    : opt_(options), fused_(options.device.is_cuda() || KILN_AMP_OPS_ON_CPU) {
+  const auto on = torch::TensorOptions().device(opt_.device);
+  scale_ = torch::full({}, opt_.enabled ? opt_.init_scale : 1.0, on.dtype(torch::kFloat));
+  tracker_ = torch::zeros({}, on.dtype(torch::kInt));
+  found_ = torch::zeros({1}, on.dtype(torch::kFloat));
+}
 
 torch::Tensor LossScaler::Scale(const torch::Tensor& loss) const {
   return opt_.enabled ? loss * scale_ : loss;
 }
 
+double LossScaler::scale() const { return scale_.item<double>(); }
+int64_t LossScaler::growth_tracker() const { return tracker_.item<int64_t>(); }
+
 bool LossScaler::UnscaleAndCheck(const std::vector<torch::Tensor>& params) {
   if (!opt_.enabled) return true;
-  const double inv = 1.0 / scale_;
-  torch::Tensor bad;
-  for (const auto& p : params) {
-    torch::Tensor g = p.grad();
-    if (!g.defined()) continue;
-    g.mul_(inv);
-    torch::Tensor b = g.isfinite().logical_not().any();
-    bad = bad.defined() ? bad.logical_or(b) : b;
+  torch::NoGradGuard no_grad;
+  found_.zero_();
+  if (fused_) {
+    // GradScaler's inverse: computed in double, used as float.
+    const torch::Tensor inv = scale_.to(torch::kDouble).reciprocal().to(torch::kFloat);
+    std::map<torch::ScalarType, std::vector<torch::Tensor>> by_dtype;  // the op takes one dtype
+    for (const auto& p : params)
+      if (p.grad().defined()) by_dtype[p.grad().scalar_type()].push_back(p.grad());
+    for (auto& [dtype, grads] : by_dtype)
+      at::_amp_foreach_non_finite_check_and_unscale_(grads, found_, inv);
+  } else {
+    const double inv = 1.0 / scale();
+    for (const auto& p : params) {
+      torch::Tensor g = p.grad();
+      if (!g.defined()) continue;
+      g.mul_(inv);
+      found_.add_(g.isfinite().logical_not().any());
+    }
   }
-  return !(bad.defined() && bad.item<bool>());
+  return found_.item<float>() == 0;
 }
 
 void LossScaler::Update(bool found_inf) {
   if (!opt_.enabled) return;
-  if (found_inf) {
-    scale_ *= opt_.backoff_factor;
-    tracker_ = 0;
-    ++skipped_;
-  } else if (++tracker_ >= opt_.growth_interval) {
-    scale_ *= opt_.growth_factor;
-    tracker_ = 0;
+  if (found_inf) ++skipped_;
+  torch::NoGradGuard no_grad;
+  if (fused_) {
+    found_.fill_(found_inf ? 1.0 : 0.0);
+    at::_amp_update_scale_(scale_, tracker_, found_, opt_.growth_factor, opt_.backoff_factor,
+                           opt_.growth_interval);
+    return;
   }
+  double s = scale();
+  int64_t t = growth_tracker();
+  if (found_inf) {
+    s *= opt_.backoff_factor;
+    t = 0;
+  } else if (++t >= opt_.growth_interval) {
+    s *= opt_.growth_factor;
+    t = 0;
+  }
+  scale_.fill_(s);
+  tracker_.fill_(t);
 }
 
 void LossScaler::Restore(double scale, int64_t growth_tracker, int64_t skipped) {
-  scale_ = scale;
-  tracker_ = growth_tracker;
+  torch::NoGradGuard no_grad;
+  scale_.fill_(scale);
+  tracker_.fill_(growth_tracker);
   skipped_ = skipped;
 }
 

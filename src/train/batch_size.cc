@@ -50,6 +50,11 @@ Status SearchBatchSize(int64_t first, int64_t max_batch, int64_t budget, const B
   return Status::OK();
 }
 
+int64_t OptimizerStateBytes(const TrainOptions& o, int64_t trainable_bytes) {
+  if (o.optimizer == OptimizerKind::kAdamW) return 2 * trainable_bytes;
+  return o.momentum != 0 ? trainable_bytes : 0;
+}
+
 namespace internal {
 namespace {
 
@@ -65,15 +70,17 @@ int64_t PeakMemoryBytes() {
     if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
   return 0;
 }
-// GPU memory in use and in all on the current device, from the CUDA
-// runtime that a CUDA LibTorch has loaded (cudaMemGetInfo, found with
-// dlsym, so no CUDA header is needed). In use includes what LibTorch's
-// caching allocator holds, which only grows during the batch-size search:
-// after a trial it is that trial's peak. False when there is no runtime.
-bool GpuMemory(int64_t* used, int64_t* total) {
+// GPU memory in use and in all on `device`, from the CUDA runtime that a
+// CUDA LibTorch has loaded (cudaMemGetInfo, found with dlsym, so no CUDA
+// header is needed; it asks about the current device, which a guard makes
+// `device`). In use includes what LibTorch's caching allocator holds,
+// which only grows during the batch-size search: after a trial it is that
+// trial's peak. False when there is no runtime.
+bool GpuMemory(const torch::Device& device, int64_t* used, int64_t* total) {
   using MemGetInfo = int (*)(size_t*, size_t*);
   static MemGetInfo fn = reinterpret_cast<MemGetInfo>(::dlsym(RTLD_DEFAULT, "cudaMemGetInfo"));
   if (fn == nullptr) return false;
+  c10::DeviceGuard guard(device);
   size_t free_bytes = 0, total_bytes = 0;
   if (fn(&free_bytes, &total_bytes) != 0 || total_bytes == 0) return false;
   *used = static_cast<int64_t>(total_bytes - free_bytes);
@@ -94,7 +101,9 @@ int64_t PhysicalMemoryBytes() {
 BatchTrial Trainer::Trial(int64_t batch) {
   BatchTrial t;
   t.batch = batch;
-  // Weights and BatchNorm statistics are put back afterwards: trials do not train.
+  // Weights and BatchNorm statistics are put back afterwards: trials do not
+  // train. Gradients stay between its passes, as LibTorch 1.13's zero_grad
+  // keeps them while training (2.x frees them: then the peak is on the safe side).
   std::vector<torch::Tensor> saved;
   for (auto& [n, b] : model_.Buffers()) saved.push_back(b.clone());
   try {
@@ -122,13 +131,14 @@ BatchTrial Trainer::Trial(int64_t batch) {
         break;
       }
       ForwardBackward(x, y, nullptr);
-      for (auto& p : trainable_) p.mutable_grad() = torch::Tensor();
-      if (device_.is_cuda()) torch::cuda::synchronize();
+      if (device_.is_cuda()) torch::cuda::synchronize(device_.index());
     }
     if (t.error.ok()) t.samples_per_second = batch * kTimed / std::max(1e-9, Seconds(t0));
     int64_t used = 0, total = 0;
     if (device_.is_cpu()) t.peak_bytes = PeakMemoryBytes();
-    else if (GpuMemory(&used, &total)) t.peak_bytes = used;
+    else if (GpuMemory(device_, &used, &total))
+      t.peak_bytes = used;
+    if (t.peak_bytes > 0) t.peak_bytes += optimizer_state_;
   } catch (const c10::Error& e) {
     if (!IsOutOfMemory(e)) throw;
     t.out_of_memory = true;
@@ -151,7 +161,11 @@ Status Trainer::ChooseBatchSize() {
   }
   int64_t budget = o_.memory_budget;
   int64_t gpu_used = 0, gpu_total = 0;
-  const bool gpu_measured = device_.is_cuda() && GpuMemory(&gpu_used, &gpu_total);
+  const bool gpu_measured = device_.is_cuda() && GpuMemory(device_, &gpu_used, &gpu_total);
+  int64_t trainable_bytes = 0;
+  for (const auto& p : trainable_)
+    trainable_bytes += p.numel() * static_cast<int64_t>(p.element_size());
+  optimizer_state_ = OptimizerStateBytes(o_, trainable_bytes);
   if (budget == 0 && device_.is_cpu()) budget = PhysicalMemoryBytes() / 2;
   if (budget == 0 && gpu_measured) budget = gpu_total / 10 * 9;
   const int64_t samples = static_cast<int64_t>(train_->size());
@@ -161,7 +175,9 @@ Status Trainer::ChooseBatchSize() {
   Status s = SearchBatchSize(first, max_batch, budget, [this](int64_t b) { return Trial(b); },
                              &batch_, &table);
   out_ << "batch  automatic batch size (" << (device_.is_cpu() ? "peak RSS" : "peak memory")
-       << ", budget " << (budget > 0 ? Fixed(budget / 1e6, 0) + " MB" : std::string("none")) << "):\n"
+       << ", budget " << (budget > 0 ? Fixed(budget / 1e6, 0) + " MB" : std::string("none"))
+       << "; peaks include " << Fixed(optimizer_state_ / 1e6, 1) << " MB of "
+       << OptimizerName(o_.optimizer) << " state, which the trials do not hold):\n"
        << "  batch  samples/s  peak MB  note\n";
   for (const auto& t : table)
     out_ << "  " << std::setw(5) << t.batch << "  " << std::setw(9)

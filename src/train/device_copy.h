@@ -43,6 +43,11 @@ class DeviceCopier {
 // CUDA (device_copy_none.cc); TensorLoader then copies synchronously.
 std::unique_ptr<DeviceCopier> MakeCudaCopier(torch::Device device, int slots);
 
+// The compute capability of CUDA device `device` (major.minor, e.g. 9.0
+// for an H100/H200), or false when this kiln was built against a LibTorch
+// without CUDA (device_copy_none.cc). REQUIRES: `device` has an index.
+bool CudaCapability(torch::Device device, int* major, int* minor);
+
 // For tests: when set, TensorLoader::Open makes its copier with `factory`
 // instead (an asynchronous stand-in on the CPU checks the hand-back
 // protocol without a GPU); an empty function restores the default.

@@ -1,5 +1,6 @@
 // The CUDA DeviceCopier: host-to-device copies on a side stream, fenced with
-// events. Compiled only against a CUDA LibTorch (src/train/CMakeLists.txt).
+// events; and the device's compute capability. Compiled only against a CUDA
+// LibTorch (src/train/CMakeLists.txt).
 //
 // Per slot two events: `read` is recorded right after the copies, so the
 // host slot may be refilled once it has passed; `ready` after the on-device
@@ -7,6 +8,7 @@
 // device tensors are allocated on the side stream and record_stream()'d on
 // the consumer's, so the caching allocator does not hand their memory out
 // again before the consumer's kernels that read them have run.
+#include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -67,6 +69,14 @@ class CudaCopier final : public DeviceCopier {
 std::unique_ptr<DeviceCopier> MakeCudaCopier(torch::Device device, int slots) {
   if (!device.is_cuda()) return nullptr;
   return std::make_unique<CudaCopier>(device, slots);
+}
+
+bool CudaCapability(torch::Device device, int* major, int* minor) {
+  if (!device.is_cuda()) return false;
+  const cudaDeviceProp* p = at::cuda::getDeviceProperties(IndexOf(device));
+  *major = p->major;
+  *minor = p->minor;
+  return true;
 }
 
 }  // namespace kiln::train::internal

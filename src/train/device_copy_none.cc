@@ -1,11 +1,13 @@
-// MakeCudaCopier for a LibTorch without CUDA: there is no CUDA device to
-// copy to, so TensorLoader uses the synchronous copier.
+// The CUDA pieces for a LibTorch without CUDA: there is no CUDA device to
+// copy to, so TensorLoader uses the synchronous copier, and none to ask.
 #include "device_copy.h"
 #include "kiln/train/tensor_loader.h"
 
 namespace kiln::train::internal {
 
 std::unique_ptr<DeviceCopier> MakeCudaCopier(torch::Device, int) { return nullptr; }
+
+bool CudaCapability(torch::Device, int*, int*) { return false; }
 
 }  // namespace kiln::train::internal
 

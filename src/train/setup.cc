@@ -2,6 +2,7 @@
 // the model and the loader options.
 #include <cstdlib>
 
+#include "collective.h"
 #include "kiln/manifest.h"
 #include "kiln/verify.h"
 #include "trainer_internal.h"
@@ -38,33 +39,25 @@ Status Trainer::Setup() {
   if (o_.base_batch < 1)
     return Status::InvalidArgument("--base-batch " + std::to_string(o_.base_batch) +
                                    ": must be at least 1 (the batch size --lr was chosen for)");
-  // Launched like torchrun: one process per rank, rank 0 logs and saves.
-  std::string joined;
+  // Launched like torchrun: one process per rank, rank 0 logs and saves;
+  // each rank's device is chosen first, as its backend follows it (NCCL
+  // for a GPU), and stays the current device while training.
   if (o_.dist_timeout < 1)
     return Status::InvalidArgument("--dist-timeout " + std::to_string(o_.dist_timeout) +
                                    ": must be at least 1 second");
-  KILN_RETURN_IF_ERROR(JoinFromEnvironment(o_.dist_timeout, &dist_, &joined));
+  Launch launch;
+  KILN_RETURN_IF_ERROR(ReadLaunch(&launch));
+  KILN_RETURN_IF_ERROR(
+      ChooseDevice(o_.device, launch, static_cast<int64_t>(torch::cuda::device_count()), &device_));
+  if (device_.is_cuda()) device_guard_.reset_device(device_);
+  std::string joined;
+  KILN_RETURN_IF_ERROR(JoinFromEnvironment(launch, device_, o_.dist_timeout, &dist_, &joined));
   if (dist_) {
     if (!lead()) out_.rdbuf(&null_buffer_);
     out_ << "dist   " << joined << ": each rank trains on its share of every epoch\n";
   }
   if (!o_.save.empty() && lead()) KILN_RETURN_IF_ERROR(CheckSaveLocation(o_.save));
-
-  // Device: one for model and data (under a launcher, LOCAL_RANK's GPU).
-  const char* local_rank = std::getenv("LOCAL_RANK");
-  const int gpu = dist_ && local_rank ? std::atoi(local_rank) : 0;
-  if (o_.device == "auto") {
-    device_ = torch::cuda::is_available() ? torch::Device(torch::kCUDA, gpu) : torch::Device(torch::kCPU);
-  } else {
-    try {
-      device_ = torch::Device(o_.device);
-    } catch (const c10::Error&) {
-      return Status::InvalidArgument("--device " + o_.device + ": expected auto, cpu, cuda or cuda:N");
-    }
-    if (device_.is_cuda() && !torch::cuda::is_available())
-      return Status::InvalidArgument("--device " + o_.device +
-                                     ": this LibTorch or machine has no CUDA (use --device cpu)");
-  }
+  ring_ = std::make_shared<HostRing>(device_);
   // Threads: --threads, else on the CPU kiln's choice (DefaultCpuThreads).
   const bool choose_threads = o_.threads <= 0 && device_.is_cpu();
   if (o_.threads > 0 || choose_threads)
@@ -76,7 +69,10 @@ Status Trainer::Setup() {
        << (std::getenv("OMP_WAIT_POLICY") ? std::getenv("OMP_WAIT_POLICY") : "unset (spinning)")
        << "\n";
   KILN_RETURN_IF_ERROR(ResolvePrecision(o_.precision, device_, &precision_, &precision_why_));
-  scaler_ = LossScaler(LossScalerOptions{precision_ == Precision::kFp16});
+  LossScalerOptions so;
+  so.enabled = precision_ == Precision::kFp16;
+  so.device = device_;
+  scaler_ = LossScaler(so);
 
   // Caches: verified, and the validation cache preprocessed like the training one.
   KILN_RETURN_IF_ERROR(OpenCache(o_.data, o_.verify, &train_));
@@ -195,6 +191,7 @@ TensorLoaderOptions Trainer::LoaderFor(int64_t batch, bool train) const {
   lo.slots = o_.workers + 2;
   lo.device = device_;
   lo.channels_last = o_.channels_last;
+  lo.ring = ring_;
   return lo;
 }
 

@@ -1,7 +1,9 @@
 #include "kiln/train/tensor_loader.h"
 
+#include <c10/core/DeviceGuard.h>
 #include <torch/cuda.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "device_copy.h"
@@ -63,6 +65,14 @@ torch::ScalarType CacheScalarType(DType d) {
   }
   return torch::kUInt8;
 }
+
+// The batch shape: the record shape after the crop, batch first.
+std::vector<int64_t> BatchShape(const Manifest& m, const TensorLoaderOptions& options) {
+  std::vector<int64_t> shape{static_cast<int64_t>(options.loader.batch_size)};
+  for (int i = 0; i < m.shape.ndim; ++i) shape.push_back(m.shape.dims[i]);
+  if (options.loader.crop > 0 && m.shape.ndim == 3) shape[2] = shape[3] = options.loader.crop;
+  return shape;
+}
 }  // namespace
 
 bool IsOutOfMemory(const c10::Error& e) {
@@ -73,31 +83,79 @@ bool IsOutOfMemory(const c10::Error& e) {
          what.find("can't allocate memory") != std::string::npos;  // LibTorch's CPU allocator
 }
 
+HostRing::HostRing(torch::Device device)
+    : device_(device), pinned_(device.is_cuda() && torch::cuda::is_available()) {}
+
+void HostRing::Reserve(int slots, int64_t data_bytes, int64_t labels) {
+  if (slots <= static_cast<int>(data_.size()) && data_bytes <= data_bytes_ &&
+      labels <= labels_per_slot_)
+    return;
+  TORCH_CHECK(!held_, "HostRing::Reserve while a TensorLoader holds the ring");
+  slots = std::max<int>(slots, static_cast<int>(data_.size()));
+  data_bytes = std::max(data_bytes, data_bytes_);
+  labels = std::max(labels, labels_per_slot_);
+  data_.clear();  // the old memory goes first
+  labels_.clear();
+  data_bytes_ = labels_per_slot_ = 0;
+  // Pinned memory is allocated in the CUDA context of the current device:
+  // the training device's, not GPU 0's.
+  c10::OptionalDeviceGuard guard;
+  if (pinned_) guard.reset_device(device_);
+  const auto bytes = torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(pinned_);
+  const auto ints = torch::TensorOptions().dtype(torch::kInt64).pinned_memory(pinned_);
+  for (int i = 0; i < slots; ++i) {
+    data_.push_back(torch::empty({data_bytes}, bytes));
+    labels_.push_back(torch::empty({labels}, ints));
+  }
+  data_bytes_ = data_bytes;
+  labels_per_slot_ = labels;
+  ++allocations_;
+}
+
+int64_t HostRing::bytes() const {
+  return static_cast<int64_t>(data_.size()) * (data_bytes_ + labels_per_slot_ * 8);
+}
+
 TensorLoader::~TensorLoader() {
   try {
     if (held_ >= 0 && copier_) copier_->device->WaitHostRead(held_);
   } catch (const std::exception&) {  // a failed device: its copy is not running either
   }
   loader_.reset();  // join the workers before the slot memory goes
+  if (ring_) ring_->held_ = false;
+}
+
+void TensorLoader::SlotSize(const CacheReader* reader, const TensorLoaderOptions& options,
+                            int64_t* data_bytes, int64_t* labels) {
+  const std::vector<int64_t> shape = BatchShape(reader->manifest(), options);
+  int64_t n = static_cast<int64_t>(DTypeSize(reader->manifest().dtype));
+  for (int64_t d : shape) n *= d;
+  *data_bytes = n;
+  *labels = shape[0];
 }
 
 Status TensorLoader::Open(const CacheReader* reader, const TensorLoaderOptions& options,
                           std::unique_ptr<TensorLoader>* out) {
   if (options.slots < 1) return Status::InvalidArgument("tensor loader: need at least one slot");
+  std::shared_ptr<HostRing> ring =
+      options.ring ? options.ring : std::make_shared<HostRing>(options.device);
+  if (ring->held_)
+    return Status::InvalidArgument(
+        "tensor loader: its host ring is held by another open TensorLoader; close that one first");
   std::unique_ptr<TensorLoader> t(new TensorLoader());
   t->opt_ = options;
   const Manifest& m = reader->manifest();
-  // The output shape: the record shape, with the crop applied to H and W.
-  std::vector<int64_t> shape{static_cast<int64_t>(options.loader.batch_size)};
-  for (int i = 0; i < m.shape.ndim; ++i) shape.push_back(m.shape.dims[i]);
-  if (options.loader.crop > 0 && m.shape.ndim == 3) shape[2] = shape[3] = options.loader.crop;
-  const bool pinned = torch::cuda::is_available();
-  auto data_opts = torch::TensorOptions().dtype(CacheScalarType(m.dtype)).pinned_memory(pinned);
-  auto label_opts = torch::TensorOptions().dtype(torch::kInt64).pinned_memory(pinned);
+  const std::vector<int64_t> shape = BatchShape(m, options);
+  int64_t data_bytes = 0, labels = 0;
+  SlotSize(reader, options, &data_bytes, &labels);
+  ring->Reserve(options.slots, data_bytes, labels);
+  ring->held_ = true;
+  t->ring_ = ring;
   std::vector<BatchSlot> slots;
   for (int i = 0; i < options.slots; ++i) {
-    t->data_.push_back(torch::empty(shape, data_opts));
-    t->labels_.push_back(torch::empty({shape[0]}, label_opts));
+    t->data_.push_back(
+        ring->data_[i].narrow(0, 0, data_bytes).view(CacheScalarType(m.dtype)).view(shape));
+    t->labels_.push_back(ring->labels_[i].narrow(0, 0, labels));
     slots.push_back({t->data_.back().data_ptr(), t->labels_.back().data_ptr<int64_t>()});
   }
   KILN_RETURN_IF_ERROR(Loader::Open(reader, options.loader, std::move(slots), &t->loader_));

@@ -71,40 +71,23 @@ Status Trainer::Step(TensorLoader& loader, Meter& meter, bool* epoch_end, bool* 
     if (!first_batch_checked_) {
       KILN_RETURN_IF_ERROR(CheckSameDevice(model_, x));
       out_ << "data   first batch " << c10::str(x.sizes()) << " " << x.dtype() << " on "
-           << x.device().str() << "\n";
+           << x.device().str() << "; host ring " << o_.workers + 2 << " slots, "
+           << Fixed(ring_->bytes() / 1e6, 1) << " MB" << (ring_->pinned() ? " pinned" : "") << "\n";
       first_batch_checked_ = true;
     }
+    // The last micro-batch's backward starts the gradient all-reduce.
+    if (reducer_ && k + 1 == o_.accum_steps) reducer_->Arm();
     ForwardBackward(x, y, &meter);
   }
   // Ctrl-C on any rank stops every rank after this same step.
   clock_.Restart();
-  *stop = dist_ ? ReduceGradients(g_sigint.load() > 0) : g_sigint.load() > 0;
+  *stop = reducer_ ? reducer_->Finish(g_sigint.load() > 0) : g_sigint.load() > 0;
   const bool finite = scaler_.UnscaleAndCheck(trainable_);
   if (finite) opt_->step();
   scaler_.Update(!finite);
   opt_->zero_grad();
   clock_.Lap(&phases_.optimizer);
   return Status::OK();
-}
-
-bool Trainer::ReduceGradients(bool stop_here) {
-  std::vector<torch::Tensor> flat;
-  for (auto& p : trainable_) {
-    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
-    flat.push_back(p.grad().reshape({-1}));
-  }
-  const auto opts = flat.empty() ? torch::TensorOptions() : flat[0].options();
-  flat.push_back(torch::full({1}, stop_here ? 1.0 : 0.0, opts));
-  torch::Tensor buf = torch::cat(flat);
-  dist_->AllReduceSum(buf);
-  buf.div_(dist_->world());
-  int64_t off = 0;
-  for (auto& p : trainable_) {
-    const int64_t n = p.numel();
-    p.mutable_grad().copy_(buf.narrow(0, off, n).view_as(p));
-    off += n;
-  }
-  return buf[off].item<double>() > 0;
 }
 
 void Trainer::ReduceMeter(Meter* m) {
@@ -120,7 +103,7 @@ void Trainer::ReduceMeter(Meter* m) {
 Status Trainer::Evaluate(EpochStats* stats) {
   std::unique_ptr<TensorLoader> loader;
   KILN_RETURN_IF_ERROR(
-      TensorLoader::Open(val_.get(), LoaderFor(std::max<int64_t>(batch_, 64), /*train=*/false), &loader)
+      TensorLoader::Open(val_.get(), LoaderFor(EvalBatch(), /*train=*/false), &loader)
           .WithContext(o_.val));
   KILN_RETURN_IF_ERROR(loader->StartEpoch(0));
   model_.SetTraining(false);
@@ -190,10 +173,25 @@ Status Trainer::Run(TrainResult* result) {
   result->batch_size = batch_;
   result->intra_op_threads = torch::get_num_threads();
   result->optimized = optimized_;
+  if (dist_) reducer_ = std::make_unique<GradReducer>(dist_.get(), trainable_);
 
+  // One host ring for the training and the evaluation loaders, which take
+  // turns: the training loader is closed while the model is evaluated.
+  int64_t slot_bytes = 0, slot_labels = 0;
+  TensorLoader::SlotSize(train_.get(), LoaderFor(batch_, true), &slot_bytes, &slot_labels);
+  if (val_) {
+    int64_t b = 0, l = 0;
+    TensorLoader::SlotSize(val_.get(), LoaderFor(EvalBatch(), false), &b, &l);
+    slot_bytes = std::max(slot_bytes, b);
+    slot_labels = std::max(slot_labels, l);
+  }
+  ring_->Reserve(o_.workers + 2, slot_bytes, slot_labels);
   std::unique_ptr<TensorLoader> loader;
-  KILN_RETURN_IF_ERROR(
-      TensorLoader::Open(train_.get(), LoaderFor(batch_, /*train=*/true), &loader).WithContext(o_.data));
+  auto open_loader = [&] {
+    return TensorLoader::Open(train_.get(), LoaderFor(batch_, /*train=*/true), &loader)
+        .WithContext(o_.data);
+  };
+  KILN_RETURN_IF_ERROR(open_loader());
   const int64_t steps_per_epoch =
       static_cast<int64_t>(loader->loader().batches_per_epoch()) / o_.accum_steps;
   if (steps_per_epoch == 0)
@@ -202,11 +200,12 @@ Status Trainer::Run(TrainResult* result) {
                                    " x " + std::to_string(o_.accum_steps) +
                                    "; lower --batch-size or --accum-steps");
   const int64_t total_steps = steps_per_epoch * o_.epochs;
-  if (o_.profile) clock_.Enable(device_.is_cuda());
+  if (o_.profile) clock_.Enable(device_);
   const std::string interrupt_dir = o_.save.empty() ? "kiln-checkpoint" : o_.save;
 
   for (int64_t epoch = start_.epoch; epoch < o_.epochs; ++epoch) {
     const int64_t first_step = epoch == start_.epoch ? start_.step_in_epoch : 0;
+    if (!loader) KILN_RETURN_IF_ERROR(open_loader());
     KILN_RETURN_IF_ERROR(
         loader->StartEpoch(static_cast<uint64_t>(epoch), static_cast<uint64_t>(first_step * o_.accum_steps)));
     (void)loader->TakeWaitSeconds();
@@ -294,10 +293,11 @@ Status Trainer::Run(TrainResult* result) {
         result->checkpoint = interrupt_dir;
         result->steps = global_step_;
         result->skipped_steps = scaler_.skipped_steps();
+        result->host_ring_allocations = ring_->allocations();
         return Status::OK();
       }
     }
-    if (device_.is_cuda()) torch::cuda::synchronize();
+    if (device_.is_cuda()) torch::cuda::synchronize(device_.index());
     EpochStats es;
     es.epoch = static_cast<int>(epoch + 1);
     const double run_seconds = Seconds(t_epoch), run_wait = loader->TakeWaitSeconds();
@@ -326,8 +326,12 @@ Status Trainer::Run(TrainResult* result) {
       break;
     }
     // Every rank evaluates its share, so no rank waits on rank 0's
-    // evaluation past --dist-timeout; the sums are all-reduced.
-    if (val_) KILN_RETURN_IF_ERROR(Evaluate(&es));
+    // evaluation past --dist-timeout; the sums are all-reduced. The
+    // evaluation loader takes the host ring from the training one.
+    if (val_) {
+      loader.reset();
+      KILN_RETURN_IF_ERROR(Evaluate(&es));
+    }
     if (dist_) dist_->Barrier();
     const double share = es.seconds > 0 ? es.data_wait_seconds / es.seconds : 0;
     out_ << "epoch " << es.epoch << "/" << o_.epochs << " done in " << Fixed(es.seconds, 1)
@@ -376,6 +380,7 @@ Status Trainer::Run(TrainResult* result) {
   }
   result->steps = global_step_;
   result->skipped_steps = scaler_.skipped_steps();
+  result->host_ring_allocations = ring_->allocations();
   if (!o_.export_path.empty() && lead()) {
     model_.SetTraining(false);
     KILN_RETURN_IF_ERROR(model_.Save(o_.export_path));

@@ -12,6 +12,9 @@
 //   optimizer.cc   optimizers and learning-rate schedules
 //   batch_size.cc  --batch-size auto: the search and its trials
 //   report.cc      number formatting for the log (no LibTorch)
+//   grad_reducer.cc  the gradients' bucketed all-reduce over the ranks
+//   collective*.cc the launcher's environment, the device it gives a rank,
+//                  the process group (Gloo, NCCL)
 //
 // Thread-safety: a Trainer is used from one thread.
 #ifndef KILN_SRC_TRAIN_TRAINER_INTERNAL_H_
@@ -19,6 +22,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <fstream>
@@ -29,6 +33,7 @@
 #include <vector>
 
 #include "collective.h"
+#include "grad_reducer.h"
 #include "kiln/cache_reader.h"
 #include "kiln/train/amp.h"
 #include "kiln/train/model.h"
@@ -91,9 +96,9 @@ struct Meter {
 // kernels, not for those queued before it.
 class PhaseClock {
  public:
-  void Enable(bool cuda) {
+  void Enable(const torch::Device& device) {
     on_ = true;
-    cuda_ = cuda;
+    device_ = device;
   }
   void Restart() {
     if (on_) last_ = Now();
@@ -107,10 +112,11 @@ class PhaseClock {
 
  private:
   std::chrono::steady_clock::time_point Now() const {
-    if (cuda_) torch::cuda::synchronize();
+    if (device_.is_cuda()) torch::cuda::synchronize(device_.index());
     return std::chrono::steady_clock::now();
   }
-  bool on_ = false, cuda_ = false;
+  bool on_ = false;
+  torch::Device device_ = torch::kCPU;
   std::chrono::steady_clock::time_point last_;
 };
 
@@ -136,6 +142,7 @@ class Trainer {
   Status Setup();
   Status BuildModel();
   TensorLoaderOptions LoaderFor(int64_t batch, bool train) const;
+  int64_t EvalBatch() const { return std::max<int64_t>(batch_, 64); }
   // batch_size.cc
   Status ChooseBatchSize();
   BatchTrial Trial(int64_t batch);
@@ -160,16 +167,17 @@ class Trainer {
   void Metric(const json& j);
 
   bool lead() const { return !dist_ || dist_->rank() == 0; }
-  // Sums and averages the trainable gradients over the ranks, with the
-  // Ctrl-C flag in the same message; returns whether any rank was stopped.
-  bool ReduceGradients(bool stop_here);
   void ReduceMeter(Meter* m);
 
   const TrainOptions& o_;
+  // The training device is the current one while the Trainer lives (so
+  // LibTorch calls that act on the current device act on it), restored after.
+  c10::OptionalDeviceGuard device_guard_;
   std::ostream out_;  // the log's buffer; a NullBuffer for ranks other than 0
   NullBuffer null_buffer_;
   std::unique_ptr<Collective> dist_;
-  torch::Device device_ = torch::kCPU;
+  torch::Device device_ = torch::kCPU;  // with an index when CUDA (ChooseDevice)
+  std::shared_ptr<HostRing> ring_;      // every loader's host slots
   Precision precision_ = Precision::kFp32;
   std::string precision_why_;  // why --precision auto chose precision_, for the log
   std::unique_ptr<CacheReader> train_, val_;
@@ -180,9 +188,12 @@ class Trainer {
   std::vector<double> base_lr_;  // per parameter group, after --lr-scaling
   LossScaler scaler_{LossScalerOptions{false}};
   std::vector<torch::Tensor> trainable_;
+  // Averages trainable_'s gradients over the ranks (distributed only).
+  std::unique_ptr<GradReducer> reducer_;
   std::vector<std::string> optimized_;
   std::vector<std::vector<std::string>> groups_;  // optimized_, by optimizer group
   int64_t batch_ = 0;
+  int64_t optimizer_state_ = 0;  // bytes, added to each batch-size trial's peak
   std::string resume_dir_;  // the checkpoint --resume reads (FindCheckpoint)
   Checkpoint start_;        // where this run starts (a resumed checkpoint or zero)
   int64_t global_step_ = 0;

@@ -20,6 +20,7 @@
 #include "kiln/cache_reader.h"
 #include "kiln/loader.h"
 #include "loader_fixture.h"
+#include "test_skip.h"
 #include "test_util.h"
 
 using namespace kiln;
@@ -209,7 +210,7 @@ TEST_CASE("eviction without root empties the page cache; only a cold epoch is re
           "[loader]") {
   TempDir dir;
   if (OnTmpfs(dir.path())) {
-    WARN("skipped: " << dir.path() << " is on tmpfs, whose pages cannot be evicted");
+    Skip(SkipWhy::kHostCannot, dir.path() + " is on tmpfs, whose pages cannot be evicted");
     return;
   }
   const uint64_t n = 200, payload = 16384;

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <string>
 
+#include "test_skip.h"
 #include "test_util.h"
 
 using namespace kiln;
@@ -54,7 +55,7 @@ TEST_CASE("kiln bench --cold drops the cache before each epoch and measures the 
           "[cli]") {
   TempDir dir;
   if (OnTmpfs(dir.path())) {
-    WARN("skipped: " << dir.path() << " is on tmpfs, whose pages cannot be dropped");
+    Skip(SkipWhy::kHostCannot, dir.path() + " is on tmpfs, whose pages cannot be dropped");
     return;
   }
   WriteTestCache(dir.path(), 400, DType::kFloat16, MakeShape({3, 32, 32}));
@@ -82,8 +83,8 @@ TEST_CASE("the loader in a memory cgroup a third of the cache's size finishes ev
   // 6000 records of 24.6 KB: 148 MB of shards against a 48 MiB limit.
   MemoryCgroup cgroup(48ull << 20);
   if (!cgroup.ok()) {
-    WARN("skipped: needs root and a writable cgroup v1 memory controller at "
-         << MemoryCgroup::kRoot);
+    Skip(SkipWhy::kHostCannot, std::string("needs root and a writable cgroup v1 memory controller at ") +
+                                   MemoryCgroup::kRoot);
     return;
   }
   WriteTestCache(dir.path(), 6000, DType::kFloat16, MakeShape({3, 64, 64}));

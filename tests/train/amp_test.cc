@@ -1,6 +1,7 @@
 // kiln train's mixed precision: bf16 autocast on the CPU, what --precision
 // auto chooses, and the loss scaler.
 #include <torch/torch.h>
+#include <torch/version.h>
 // LibTorch brings glog, whose CHECK would replace Catch's.
 #undef CHECK
 #include <catch2/catch.hpp>
@@ -43,6 +44,9 @@ TEST_CASE("bf16 autocast on the CPU gives bf16 activations and trains", "[train]
 TEST_CASE("the loss scaler grows, backs off and skips as GradScaler does", "[train][amp]") {
   LossScaler defaults;
   CHECK(defaults.scale() == 65536.0);
+  // LibTorch's fused ops where it has CPU kernels for them (2.3 on).
+  CHECK(defaults.fused() ==
+        (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)));
 
   LossScalerOptions so;
   so.growth_interval = 3;
@@ -112,4 +116,51 @@ TEST_CASE(
   REQUIRE(s.ok());
   CHECK_THAT(log.str(), Catch::Contains(native ? "precision bf16 (auto: this CPU computes bf16"
                                                : "precision fp32 (auto: this CPU has no native"));
+}
+
+TEST_CASE("precision auto on a GPU: bf16 from compute capability 8.0, fp16 with loss scaling below",
+          "[train][amp]") {
+  std::string why;
+  CHECK(GpuAutoPrecision(7, 0, &why) == Precision::kFp16);  // V100: bf16 only emulated
+  CHECK_THAT(why, Catch::Contains("compute capability 7.0 emulates bf16 slowly") &&
+                      Catch::Contains("fp16 with loss scaling"));
+  CHECK(GpuAutoPrecision(7, 5) == Precision::kFp16);        // T4
+  CHECK(GpuAutoPrecision(8, 0, &why) == Precision::kBf16);  // A100
+  CHECK_THAT(why, Catch::Contains("compute capability 8.0 computes bf16 natively"));
+  CHECK(GpuAutoPrecision(8, 6) == Precision::kBf16);
+  CHECK(GpuAutoPrecision(9, 0, &why) == Precision::kBf16);  // H100, H200
+  CHECK_THAT(why, Catch::Contains("9.0"));
+}
+
+// The scaler's sequence of the CPU test above, on a GPU with the fused ops.
+TEST_CASE("the loss scaler on a GPU uses LibTorch's fused unscale and update",
+          "[train][amp][cuda]") {
+  REQUIRE(torch::cuda::is_available());
+  const torch::Device gpu(torch::kCUDA, 0);
+  LossScalerOptions so;
+  so.growth_interval = 2;
+  so.device = gpu;
+  LossScaler scaler(so);
+  CHECK(scaler.fused());
+  torch::Tensor w = torch::ones({4}, torch::TensorOptions().device(gpu).requires_grad(true));
+  auto step = [&](double inject) {
+    w.mutable_grad() = torch::Tensor();
+    scaler.Scale((w * torch::arange(1, 5, w.options().requires_grad(false))).sum()).backward();
+    if (inject != 0) w.mutable_grad()[1] = inject;
+    const bool finite = scaler.UnscaleAndCheck({w});
+    scaler.Update(!finite);
+    return finite;
+  };
+  CHECK(step(0));
+  CHECK(torch::allclose(w.grad().cpu(), torch::arange(1, 5).to(torch::kFloat)));
+  CHECK(step(0));
+  CHECK(scaler.scale() == 131072.0);
+  CHECK_FALSE(step(std::numeric_limits<float>::infinity()));
+  CHECK(scaler.scale() == 65536.0);
+  CHECK(scaler.growth_tracker() == 0);
+  CHECK(scaler.skipped_steps() == 1);
+  scaler.Restore(1024.0, 1, 3);
+  CHECK(scaler.scale() == 1024.0);
+  CHECK(step(0));
+  CHECK(scaler.scale() == 2048.0);  // the restored tracker counted
 }

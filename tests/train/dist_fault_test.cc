@@ -109,7 +109,7 @@ TEST_CASE("a rank whose peer is killed exits non-zero, naming itself and the cau
   if (WithoutGloo(log0)) return;
   INFO(log0);
   CHECK(status == 2);
-  CHECK_THAT(log0, Catch::Contains("rank 0 of 2: the ") &&
+  CHECK_THAT(log0, Catch::Contains("rank 0 of 2 (cpu): the ") &&
                        Catch::Contains(" failed: a peer rank is gone") &&
                        !Catch::Contains("training failed in LibTorch"));
   INFO(log0);

@@ -1,15 +1,16 @@
+#include "kiln/train/tensor_loader.h"
+
 #include <torch/cuda.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
-#include <deque>
 #include <functional>
 #include <mutex>
 #include <thread>
 
 #include "device_copy.h"
 #include "kiln/cache_writer.h"
-#include "kiln/train/tensor_loader.h"
 // LibTorch brings glog, whose CHECK would replace Catch's.
 #undef CHECK
 #include <catch2/catch.hpp>
@@ -77,7 +78,45 @@ TEST_CASE("batches arrive as tensors equal to the records, slots reused", "[trai
     if (epoch == 1) CHECK(k == 50);
   }
   for (size_t i = 0; i < ptrs.size(); ++i) CHECK(tl->slot_tensors()[i].data_ptr() == ptrs[i]);
-  CHECK(tl->slot_tensors()[0].is_pinned() == torch::cuda::is_available());
+  CHECK_FALSE(tl->slot_tensors()[0].is_pinned());  // pinned only for a CUDA device
+}
+
+TEST_CASE("loaders that take turns share one host ring, allocated when it must grow", "[train]") {
+  TempDir dir;
+  WriteTestCache(dir.path(), 40, DType::kFloat16, MakeShape({2, 4, 4}));
+  std::unique_ptr<CacheReader> reader;
+  REQUIRE(CacheReader::Open(dir.path(), ReaderOptions(), &reader).ok());
+  auto ring = std::make_shared<train::HostRing>(torch::kCPU);
+  CHECK_FALSE(ring->pinned());
+  train::TensorLoaderOptions o;
+  o.loader.batch_size = 8;
+  o.dtype = torch::kFloat16;
+  o.slots = 3;
+  o.ring = ring;
+  std::unique_ptr<train::TensorLoader> a, b;
+  REQUIRE(train::TensorLoader::Open(reader.get(), o, &a).ok());
+  void* first = a->slot_tensors()[0].data_ptr();
+  CHECK(ring->allocations() == 1);
+  CHECK(ring->bytes() == 3 * (8 * 32 * 2 + 8 * 8));
+  // Two open loaders would write the same memory: refused.
+  Status s = train::TensorLoader::Open(reader.get(), o, &b);
+  CHECK(s.IsInvalidArgument());
+  CHECK_THAT(s.message(), Catch::Contains("held by another open TensorLoader"));
+  a.reset();
+  o.loader.batch_size = 4;  // smaller: the same memory
+  REQUIRE(train::TensorLoader::Open(reader.get(), o, &b).ok());
+  CHECK(b->slot_tensors()[0].data_ptr() == first);
+  CHECK(ring->allocations() == 1);
+  REQUIRE(b->StartEpoch(0).ok());
+  torch::Tensor x, y;
+  int n = 0;
+  while (b->Next(&x, &y).ok()) n += static_cast<int>(x.size(0));
+  CHECK(n == 40);
+  b.reset();
+  o.loader.batch_size = 16;  // larger: it grows, once
+  REQUIRE(train::TensorLoader::Open(reader.get(), o, &b).ok());
+  CHECK(ring->allocations() == 2);
+  CHECK(ring->bytes() == 3 * (16 * 32 * 2 + 16 * 8));
 }
 
 TEST_CASE("a uint8 cache is normalized with the manifest's mean and std", "[train]") {
@@ -116,10 +155,8 @@ TEST_CASE("a uint8 cache is normalized with the manifest's mean and std", "[trai
 
 // Every batch of two epochs, read back from the device, against the records
 // read one by one; with 2 slots every slot is refilled many times while
-// copies are in flight. `settle` runs after each epoch's last Next(), before
-// the batches are read (a stand-in copier's synchronize).
-static void CheckBatchesOn(torch::Device device, bool expect_async,
-                           const std::function<void()>& settle = [] {}) {
+// copies are in flight.
+static void CheckBatchesOn(torch::Device device, bool expect_async) {
   TempDir dir;
   WriteTestCache(dir.path(), 300, DType::kFloat16, MakeShape({3, 8, 8}));
   std::unique_ptr<CacheReader> reader;
@@ -141,7 +178,7 @@ static void CheckBatchesOn(torch::Device device, bool expect_async,
     torch::Tensor x, y;
     std::vector<torch::Tensor> kept_x, kept_y;  // compared after the epoch, when slots were reused
     // Synchronous copies on the CPU view the slot: keep a copy. Asynchronous
-    // ones are kept as handed out, not yet filled.
+    // ones are kept as handed out.
     const bool views_slot = device.is_cpu() && !expect_async;
     while (tl->Next(&x, &y).ok()) {
       REQUIRE(x.device() == device);
@@ -149,7 +186,6 @@ static void CheckBatchesOn(torch::Device device, bool expect_async,
       kept_x.push_back(views_slot ? x.clone() : x);
       kept_y.push_back(views_slot ? y.clone() : y);
     }
-    settle();
     for (size_t b = 0; b < kept_x.size(); ++b) {
       const torch::Tensor hx = kept_x[b].cpu().contiguous(), hy = kept_y[b].cpu();
       for (int64_t j = 0; j < hx.size(0); ++j, ++k) {
@@ -191,89 +227,142 @@ TEST_CASE("kiln-train bench measures the tensor loader against its floors", "[tr
 }
 
 namespace {
-// An asynchronous stand-in for the CUDA copier, on the CPU: Start() queues
-// the copy and returns tensors that a thread of its own fills later, after
-// a delay, as a side stream would; HandOff() does not wait (a stream wait
-// blocks no host thread); WaitHostRead() blocks until the slot's queued
-// copies have read it; Sync() waits for all (the consumer's synchronize).
-// It does not convert: use it with the cache's own dtype.
-class DelayedCopier final : public train::internal::DeviceCopier {
+// A stand-in for the CUDA copier whose copies complete when the test says
+// so, as a CUDA event does when the device gets there. Start() queues the
+// copy of a slot and returns device tensors not filled yet; HandOff() does
+// not wait (a stream wait blocks no host thread); WaitHostRead(slot) blocks
+// until the test completes that slot's copies, which read the host slot
+// only then. A copy that finds its host slot changed since Start() - a
+// refill while the copy was pending - is counted.
+class GatedCopier final : public train::internal::DeviceCopier {
  public:
-  explicit DelayedCopier(int slots) : queued_(slots, 0), done_(slots, 0), thread_([this] { Run(); }) {}
-  ~DelayedCopier() override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
+  explicit GatedCopier(int slots) : jobs_(slots) {}
   void Start(int slot, const torch::Tensor& x, const torch::Tensor& y, const train::internal::Convert&,
              torch::Tensor* dx, torch::Tensor* dy) override {
     *dx = torch::empty_like(x);
     *dy = torch::empty_like(y);
     std::lock_guard<std::mutex> lock(mu_);
-    jobs_.push_back({slot, x, y, *dx, *dy});
-    ++queued_[slot];
-    cv_.notify_all();
+    jobs_[slot].push_back({x, y, x.clone(), y.clone(), *dx, *dy});
   }
   void HandOff(int, torch::Tensor*, torch::Tensor*) override {}
   void WaitHostRead(int slot) override {
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return done_[slot] == queued_[slot]; });
+    if (jobs_[slot].empty()) return;
+    waiting_ = slot;
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return jobs_[slot].empty(); });
   }
   bool asynchronous() const override { return true; }
-  void Sync() {
+
+  // The test's side. The slot whose copy the consumer waits for, once it
+  // waits; -1 once `done` is set (then Wake()).
+  int Waiter(const std::atomic<bool>& done) {
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return jobs_.empty() && !busy_; });
+    cv_.wait(lock, [&] { return waiting_ >= 0 || done; });
+    return waiting_;
   }
+  void Wake() {
+    std::lock_guard<std::mutex> lock(mu_);
+    cv_.notify_all();
+  }
+  // Whether a pending copy's host slot was written since its Start().
+  bool Refilled(int slot) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const Job& j : jobs_[slot])
+      if (!torch::equal(j.x, j.x_at_start) || !torch::equal(j.y, j.y_at_start)) return true;
+    return false;
+  }
+  void Complete(int slot) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (Job& j : jobs_[slot]) {
+      if (!torch::equal(j.x, j.x_at_start) || !torch::equal(j.y, j.y_at_start)) ++overwritten_;
+      j.dx.copy_(j.x);
+      j.dy.copy_(j.y);
+    }
+    jobs_[slot].clear();
+    waiting_ = -1;
+    cv_.notify_all();
+  }
+  int overwritten() const { return overwritten_; }
 
  private:
   struct Job {
-    int slot;
-    torch::Tensor x, y, dx, dy;
+    torch::Tensor x, y, x_at_start, y_at_start, dx, dy;
   };
-  void Run() {
-    std::unique_lock<std::mutex> lock(mu_);
-    while (true) {
-      cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
-      if (jobs_.empty()) return;
-      Job job = jobs_.front();
-      jobs_.pop_front();
-      busy_ = true;
-      lock.unlock();
-      std::this_thread::sleep_for(std::chrono::microseconds(500));  // the copy is late
-      job.dx.copy_(job.x);
-      job.dy.copy_(job.y);
-      lock.lock();
-      busy_ = false;
-      ++done_[job.slot];
-      cv_.notify_all();
-    }
-  }
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Job> jobs_;
-  std::vector<int> queued_, done_;
-  bool busy_ = false, stop_ = false;
-  std::thread thread_;
+  std::vector<std::vector<Job>> jobs_;
+  int waiting_ = -1;
+  int overwritten_ = 0;
 };
 }  // namespace
 
-TEST_CASE("with asynchronous copies a slot is refilled only after the copy has read it", "[train]") {
-  DelayedCopier* copier = nullptr;
+TEST_CASE("a slot is refilled only after the copy reading it completes (test-controlled copies)",
+          "[train]") {
+  GatedCopier* copier = nullptr;
   train::internal::SetCopierFactoryForTesting([&](torch::Device, int slots) {
-    auto c = std::make_unique<DelayedCopier>(slots);
+    auto c = std::make_unique<GatedCopier>(slots);
     copier = c.get();
     return c;
   });
   struct Restore {  // the default copiers for the tests after this one, whatever happens
     ~Restore() { train::internal::SetCopierFactoryForTesting(nullptr); }
   } restore;
-  CheckBatchesOn(torch::kCPU, true, [&] {
-    REQUIRE(copier != nullptr);
-    copier->Sync();
+  TempDir dir;
+  WriteTestCache(dir.path(), 60, DType::kFloat16, MakeShape({3, 4, 4}));
+  std::unique_ptr<CacheReader> reader;
+  REQUIRE(CacheReader::Open(dir.path(), ReaderOptions(), &reader).ok());
+  train::TensorLoaderOptions o;
+  o.loader.batch_size = 7;
+  o.loader.seed = 5;
+  o.loader.workers = 1;
+  o.slots = 2;  // batch b and b + 2 share a slot
+  o.dtype = torch::kFloat16;
+  std::unique_ptr<train::TensorLoader> tl;
+  REQUIRE(train::TensorLoader::Open(reader.get(), o, &tl).ok());
+  REQUIRE(copier != nullptr);
+  CHECK(tl->asynchronous());
+  // The consumer takes two epochs of batches on a thread of its own; this
+  // thread completes each copy once the consumer waits for it, after giving
+  // the loader's worker the time to refill the slot, had it been handed back.
+  std::atomic<bool> done{false};
+  std::vector<std::vector<torch::Tensor>> xs(2), ys(2);
+  Status last[2];
+  std::thread consumer([&] {
+    for (int epoch : {0, 1}) {
+      last[epoch] = tl->StartEpoch(epoch);
+      torch::Tensor x, y;
+      while (last[epoch].ok() && (last[epoch] = tl->Next(&x, &y)).ok()) {
+        xs[epoch].push_back(x);
+        ys[epoch].push_back(y);
+      }
+    }
+    done = true;
+    copier->Wake();
   });
+  int completed = 0;
+  for (int slot; (slot = copier->Waiter(done)) >= 0; ++completed) {
+    for (int i = 0; i < 100 && !copier->Refilled(slot); ++i)
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    copier->Complete(slot);
+  }
+  consumer.join();
+  CHECK(completed == 18);  // 9 batches an epoch, each waited for before its slot went back
+  CHECK(copier->overwritten() == 0);
+  auto txn = reader->BeginRead();
+  for (int epoch : {0, 1}) {
+    CHECK(last[epoch].IsNotFound());
+    const auto order = tl->loader().EpochOrder(epoch);
+    size_t k = 0;
+    for (size_t b = 0; b < xs[epoch].size(); ++b)
+      for (int64_t j = 0; j < xs[epoch][b].size(0); ++j, ++k) {
+        RecordView v;
+        REQUIRE(txn->Get(order[k], &v).ok());
+        REQUIRE(std::memcmp(xs[epoch][b][j].contiguous().data_ptr(), v.data, v.bytes) == 0);
+        REQUIRE(ys[epoch][b][j].item<int64_t>() == v.label);
+      }
+    CHECK(k == 60);
+  }
 }
 
 namespace {

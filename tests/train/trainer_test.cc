@@ -5,8 +5,6 @@
 #include <torch/torch.h>
 // LibTorch brings glog, whose CHECK would replace Catch's.
 #undef CHECK
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <filesystem>
@@ -16,6 +14,7 @@
 #include "kiln/train/amp.h"
 #include "kiln/train/model.h"
 #include "kiln/train/trainer.h"
+#include "test_skip.h"
 #include "test_util.h"
 #include "train_test_util.h"
 
@@ -72,6 +71,8 @@ TEST_CASE("cnn on sample_data: the loss falls and accuracy rises above chance", 
   CHECK(r.epochs.back().val_top5 > r.epochs.back().val_top1);
   CHECK(r.epochs.back().data_wait_seconds >= 0);
   CHECK(log.str().find("input is") != std::string::npos);
+  // One host ring for training and evaluation (batch 64), sized once.
+  CHECK(r.host_ring_allocations == 1);
   // One JSON line per epoch (log_every 0: no step lines).
   const std::string metrics = ReadFile(dir / "metrics.jsonl");
   CHECK(std::count(metrics.begin(), metrics.end(), '\n') == 4);
@@ -137,6 +138,17 @@ TEST_CASE("automatic batch size stops at out-of-memory, the budget or a plateau"
 
   CHECK(SearchBatchSize(32, 4096, 1000, device, &chosen, &table).IsInvalidArgument());
 
+  // The optimizer's state, which the trials do not hold, is added to their
+  // peaks: a momentum buffer per parameter, AdamW's two moments.
+  TrainOptions so;
+  so.optimizer = OptimizerKind::kSgd;
+  so.momentum = 0.9;
+  CHECK(OptimizerStateBytes(so, 1000) == 1000);
+  so.momentum = 0;
+  CHECK(OptimizerStateBytes(so, 1000) == 0);
+  so.optimizer = OptimizerKind::kAdamW;
+  CHECK(OptimizerStateBytes(so, 1000) == 2000);
+
   // A trial that fails for another reason (a damaged record) ends the search
   // with that error instead of passing for a rate.
   auto damaged = [&](int64_t b) {
@@ -162,6 +174,9 @@ TEST_CASE("automatic batch size stops at out-of-memory, the budget or a plateau"
   REQUIRE(s.ok());
   CHECK((r.batch_size == 32 || r.batch_size == 64));
   CHECK(log.str().find("chose") != std::string::npos);
+  // cnn's 0.1 M parameters: 0.4 MB of SGD momentum in every peak.
+  CHECK_THAT(log.str(), Catch::Contains("peaks include 0.4 MB of sgd state"));
+  CHECK(r.host_ring_allocations == 2);  // grown for trials 32 and 64, then reused
 }
 
 TEST_CASE("frozen parameters stay unchanged and are not optimized", "[train]") {
@@ -349,45 +364,46 @@ TEST_CASE("kiln train on the GPU: model and batches on cuda, mixed precision, th
   TrainSynthetic("cuda:0", "fp16");
 }
 
+namespace {
+// Runs `kiln train ARGS` as ranks 0 and 1 of 2 (launched like torchrun, on
+// one machine), rank r's output in DIR/rankR.log and its export, when ARGS
+// ask for one, in DIR/rankR.pt. False (with a warning) when kiln has no Gloo.
+bool TrainTwoRanks(const TempDir& dir, const std::string& args) {
+  const std::string port = FreeLocalPort();  // for rank 0's store
+  int pids[2];
+  for (int r = 0; r < 2; ++r) {
+    const std::string rank = std::to_string(r);
+    pids[r] = StartProcess(
+        {"/bin/sh", "-c",
+         "RANK=" + rank + " WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + " exec " +
+             KILN_BIN + " train" + args + " --export " + dir / ("rank" + rank + ".pt")},
+        dir / ("rank" + rank + ".log"));
+  }
+  int status[2];
+  for (int r = 0; r < 2; ++r) status[r] = WaitExit(pids[r]);
+  if (ReadFile(dir / "rank0.log").find("without c10d") != std::string::npos) {
+    Skip(SkipWhy::kNotBuilt, "kiln was built without Gloo: " + ReadFile(dir / "rank0.log"));
+    return false;
+  }
+  for (int r = 0; r < 2; ++r) {
+    INFO(ReadFile(dir / ("rank" + std::to_string(r) + ".log")));
+    REQUIRE(status[r] == 0);
+  }
+  return true;
+}
+}  // namespace
+
 TEST_CASE(
     "two ranks (Gloo, launched like torchrun) make the update of one process with twice the batch",
     "[train][dist]") {
   TempDir dir;
   if (!BuildSampleCaches(dir)) return;
-  const std::string port = FreeLocalPort();  // for rank 0's store
-
-  const std::string args = " train --data " + dir / "train" +
-                           " --model mlp --max-steps 4 --epochs 1 --schedule constant --lr 0.1"
-                           " --precision fp32 --device cpu --batch-size 16";
-  pid_t pids[2];
-  for (int r = 0; r < 2; ++r) {
-    pids[r] = ::fork();
-    REQUIRE(pids[r] >= 0);
-    if (pids[r] == 0) {
-      const std::string cmd = "RANK=" + std::to_string(r) +
-                              " WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 "
-                              "MASTER_PORT=" +
-                              port + " " + KILN_BIN + args + " --export " +
-                              dir / ("rank" + std::to_string(r) + ".pt") + " > " +
-                              dir / ("rank" + std::to_string(r) + ".log") + " 2>&1";
-      ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-      ::_exit(127);
-    }
-  }
-  int statuses[2];
-  for (int r = 0; r < 2; ++r) REQUIRE(::waitpid(pids[r], &statuses[r], 0) == pids[r]);
-  if (ReadFile(dir / "rank0.log").find("without c10d") != std::string::npos) {
-    Skip(SkipWhy::kNotBuilt, "kiln was built without Gloo: " + ReadFile(dir / "rank0.log"));
+  if (!TrainTwoRanks(dir, " --data " + dir / "train" +
+                              " --model mlp --max-steps 4 --epochs 1 --schedule constant --lr 0.1"
+                              " --precision fp32 --device cpu --batch-size 16"))
     return;
-  }
-  for (int r = 0; r < 2; ++r) {
-    const int status = statuses[r];
-    INFO(ReadFile(dir / ("rank" + std::to_string(r) + ".log")));
-    REQUIRE(WIFEXITED(status));
-    CHECK(WEXITSTATUS(status) == 0);
-  }
   const std::string log0 = ReadFile(dir / "rank0.log");
-  CHECK(log0.find("rank 0 of 2") != std::string::npos);
+  CHECK(log0.find("rank 0 of 2 (Gloo on cpu") != std::string::npos);
   CHECK(log0.find("16 x 1 accumulation x 2 ranks = 32 per step") != std::string::npos);
   CHECK(ReadFile(dir / "rank1.log").find("model") == std::string::npos);  // rank 0 alone logs
   CHECK_FALSE(std::filesystem::exists(dir / "rank1.pt"));                 // ... and writes
@@ -405,6 +421,48 @@ TEST_CASE(
   TrainResult r;
   REQUIRE(Train(o, &r).ok());
   CHECK(MaxDifference(LoadTensors(dir / "rank0.pt"), LoadTensors(dir / "single.pt")) < 1e-5);
+}
+
+TEST_CASE(
+    "two ranks leave a parameter no rank uses alone - no weight decay, no momentum - as one "
+    "process does",
+    "[train][dist]") {
+  TempDir dir;
+  WriteTestCache(dir / "data", 64, DType::kFloat16, MakeShape({1, 8, 8}), 4);
+  // A TorchScript model with a parameter its forward never uses.
+  auto cu = std::make_shared<torch::jit::CompilationUnit>();
+  torch::jit::Module m("__torch__.Spare", cu, true);
+  m.register_attribute("training", c10::BoolType::get(), true);
+  torch::manual_seed(3);
+  m.register_parameter("weight", (torch::randn({4, 64}) * 0.1).requires_grad_(), false);
+  m.register_parameter("bias", torch::zeros({4}).requires_grad_(), false);
+  m.register_parameter("spare", torch::full({3}, 2.0).requires_grad_(), false);
+  m.define(R"(
+def forward(self, x):
+    return torch.linear(torch.flatten(x, 1), self.weight, self.bias)
+)");
+  m.save(dir / "spare.pt");
+  if (!TrainTwoRanks(dir, " --data " + dir / "data" + " --model " + dir / "spare.pt" +
+                              " --max-steps 4 --epochs 1 --schedule constant --lr 0.1"
+                              " --weight-decay 0.01 --precision fp32 --device cpu --batch-size 8"
+                              " --log-every 0"))
+    return;
+  std::ostringstream log;
+  TrainOptions o = Quiet(dir / "data", &log);
+  o.model = dir / "spare.pt";
+  o.max_steps = 4;
+  o.schedule = LrSchedule::kConstant;
+  o.lr = 0.1;
+  o.weight_decay = 0.01;
+  o.batch_size = 16;
+  o.export_path = dir / "single.pt";
+  TrainResult r;
+  REQUIRE(Train(o, &r).ok());
+  const auto two = LoadTensors(dir / "rank0.pt"), one = LoadTensors(dir / "single.pt");
+  CHECK(torch::equal(one.at("spare"), torch::full({3}, 2.0)));
+  CHECK(torch::equal(two.at("spare"), one.at("spare")));
+  CHECK_FALSE(torch::equal(two.at("weight"), m.attr("weight").toTensor()));  // it trained
+  CHECK(MaxDifference(two, one) < 1e-5);
 }
 
 TEST_CASE("a TorchScript model with dropout trains the same twice with the same --seed",

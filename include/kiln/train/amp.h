@@ -21,14 +21,20 @@ namespace kiln::train {
 enum class Precision { kFp32, kBf16, kFp16 };
 const char* PrecisionName(Precision p);
 
-// The precision `choice` means on `device`. kAuto: on a GPU bf16 where it
-// runs bf16 matrix products, fp16 otherwise; on the CPU bf16 where the CPU
+// The precision `choice` means on `device`. kAuto: on a GPU what
+// GpuAutoPrecision says for its compute capability; on the CPU bf16 where the CPU
 // computes bf16 natively (AVX512-BF16 or AMX: CpuHasNativeBf16 in
 // src/core/cpus.h; about twice fp32's speed there), fp32 otherwise.
 // NotSupported for fp16 on the CPU with a LibTorch that lacks it. `why`,
 // when given, gets the reason for an automatic choice ("" otherwise).
 Status ResolvePrecision(PrecisionChoice choice, const torch::Device& device, Precision* out,
                         std::string* why = nullptr);
+
+// --precision auto on a GPU of compute capability major.minor: bf16 from
+// 8.0 on (Ampere and later compute it natively, and need no loss scaling);
+// fp16 with the loss scaler below that (V100 7.0, T4 7.5 run bf16 through
+// slow emulation, fp16 on their tensor cores). `why`, when given, says so.
+Precision GpuAutoPrecision(int major, int minor, std::string* why = nullptr);
 
 // Autocast to `precision` on `device` for the guard's lifetime (a no-op for
 // fp32). Restores the previous state; clears the cast cache when the
@@ -53,10 +59,18 @@ struct LossScalerOptions {
   double growth_factor = 2.0;
   double backoff_factor = 0.5;
   int64_t growth_interval = 2000;
+  torch::Device device = torch::kCPU;  // where the gradients are (and the scale is kept)
 };
 
 // loss -> Scale(loss).backward() -> UnscaleAndCheck(params) -> step only
 // if it returned true -> Update(found_inf).
+//
+// The scale and the growth tracker live on `device` as GradScaler keeps
+// them. Where LibTorch has the fused ops (CUDA; the CPU from LibTorch 2.3)
+// the unscale and the inf/NaN check are one
+// _amp_foreach_non_finite_check_and_unscale_ per dtype and the update one
+// _amp_update_scale_, as in torch.amp.GradScaler; elsewhere the same
+// arithmetic runs as ordinary tensor operations.
 class LossScaler {
  public:
   explicit LossScaler(LossScalerOptions options = {});
@@ -69,16 +83,21 @@ class LossScaler {
   void Update(bool found_inf);
 
   bool enabled() const { return opt_.enabled; }
-  double scale() const { return scale_; }
-  int64_t growth_tracker() const { return tracker_; }
+  // True when the fused LibTorch ops do the work.
+  bool fused() const { return fused_; }
+  // These two read the device (a synchronization on a GPU).
+  double scale() const;
+  int64_t growth_tracker() const;
   int64_t skipped_steps() const { return skipped_; }
   // Restores state saved in a checkpoint.
   void Restore(double scale, int64_t growth_tracker, int64_t skipped);
 
  private:
   LossScalerOptions opt_;
-  double scale_;
-  int64_t tracker_ = 0;
+  bool fused_ = false;
+  torch::Tensor scale_;    // float32 [], on opt_.device
+  torch::Tensor tracker_;  // int32 [], on opt_.device
+  torch::Tensor found_;    // float32 [1]: the last check's inf/NaN flag
   int64_t skipped_ = 0;
 };
 

@@ -1,7 +1,8 @@
 // TensorLoader: kiln's Loader with LibTorch tensors as its batch slots.
 //
-// The slots are tensors allocated once and reused, in pinned memory when
-// CUDA is available. Next() hands out (inputs, labels) on the training
+// The slots are host tensors allocated once and reused, from a HostRing
+// that loaders used one after another may share; pinned only when the
+// batches go to a CUDA device. Next() hands out (inputs, labels) on the training
 // device in the training dtype: a uint8 cache is converted and normalized
 // there with the manifest's mean/std; a float cache is cast if needed.
 //
@@ -29,21 +30,59 @@
 
 namespace kiln::train {
 
+// Host memory for the batch slots of TensorLoaders that run one after
+// another (kiln train's batch-size trials, training epochs, evaluations):
+// allocated when it must grow and reused otherwise. Page-locked (pinned)
+// for a CUDA device, which makes the copies asynchronous, and allocated
+// with that device current, so it makes no CUDA context on another GPU;
+// ordinary memory otherwise.
+//
+// Thread-safety: one thread. One TensorLoader holds it at a time
+// (TensorLoader::Open refuses a second), so a slot is never written by two
+// loaders' workers.
+class HostRing {
+ public:
+  explicit HostRing(torch::Device device);
+  // Grows the ring to at least `slots` slots of `data_bytes` bytes and
+  // `labels` labels each; reallocates all of it when it grows. REQUIRES: no
+  // loader holds the ring. Throws c10::Error when memory is exhausted.
+  void Reserve(int slots, int64_t data_bytes, int64_t labels);
+  bool pinned() const { return pinned_; }
+  // How many times the ring was (re)allocated, and its bytes now.
+  int allocations() const { return allocations_; }
+  int64_t bytes() const;
+
+ private:
+  friend class TensorLoader;
+  torch::Device device_;
+  bool pinned_;
+  std::vector<torch::Tensor> data_, labels_;  // uint8 and int64 buffers, one per slot
+  int64_t data_bytes_ = 0, labels_per_slot_ = 0;
+  int allocations_ = 0;
+  bool held_ = false;  // by an open TensorLoader
+};
+
 struct TensorLoaderOptions {
   LoaderOptions loader;                      // order, partition, crop/flip, workers
   int slots = 4;                             // ring size (>= workers + 2 is best)
   torch::Device device = torch::kCPU;        // where batches are delivered
   torch::ScalarType dtype = torch::kFloat32; // training dtype of the inputs
   bool channels_last = false;                // deliver NHWC-strided inputs
+  std::shared_ptr<HostRing> ring;            // slot memory to use; nullptr = a ring of its own
 };
 
 class TensorLoader {
  public:
-  // Returns InvalidArgument for options the cache cannot serve, and
-  // Corruption when a uint8 cache's manifest lacks mean/std.
+  // Returns InvalidArgument for options the cache cannot serve or a ring
+  // another loader holds, and Corruption when a uint8 cache's manifest
+  // lacks mean/std. Memory exhaustion is thrown as the c10::Error it is.
   static Status Open(const CacheReader* reader, const TensorLoaderOptions& options,
                      std::unique_ptr<TensorLoader>* out);
-  ~TensorLoader();
+  // The bytes of one slot's inputs and its number of labels for `options`
+  // on `reader` (to Reserve a shared ring for several loaders).
+  static void SlotSize(const CacheReader* reader, const TensorLoaderOptions& options,
+                       int64_t* data_bytes, int64_t* labels);
+  ~TensorLoader();  // hands the ring back
 
   Status StartEpoch(uint64_t epoch, uint64_t start_batch = 0);
   // The next batch: inputs [B, C, H, W] (or the record shape with B first),
@@ -58,8 +97,9 @@ class TensorLoader {
   Loader& loader() { return *loader_; }
   // True when batches are copied asynchronously (CUDA side stream).
   bool asynchronous() const;
-  // The slot tensors (for tests: they are allocated once).
+  // The slot tensors (for tests: they are allocated once), views of the ring.
   const std::vector<torch::Tensor>& slot_tensors() const { return data_; }
+  const HostRing& ring() const { return *ring_; }
 
  private:
   TensorLoader() = default;
@@ -69,7 +109,8 @@ class TensorLoader {
   void ReleaseHeld();  // hands the slot of the last Next() back to the workers
   Status NextOrThrow(torch::Tensor* inputs, torch::Tensor* labels);
   TensorLoaderOptions opt_;
-  std::vector<torch::Tensor> data_, labels_;
+  std::shared_ptr<HostRing> ring_;
+  std::vector<torch::Tensor> data_, labels_;  // views of the ring's slots
   std::unique_ptr<Loader> loader_;
   std::unique_ptr<Copier> copier_;
   torch::Tensor mean_, std_;  // [1, C, 1, 1] on the device; undefined when not normalizing

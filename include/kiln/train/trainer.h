@@ -27,9 +27,9 @@ namespace kiln::train {
 enum class OptimizerKind { kSgd, kAdamW };
 enum class LrSchedule { kConstant, kStep, kCosine, kOneCycle };
 enum class LrScaling { kNone, kLinear, kSqrt };
-// kAuto: bf16 on a GPU that runs bf16 matrix products, fp16 on another
-// GPU; on the CPU bf16 where it computes bf16 natively, fp32 otherwise
-// (ResolvePrecision in amp.h).
+// kAuto: bf16 on a GPU of compute capability 8.0 or more, fp16 with loss
+// scaling on an older one; on the CPU bf16 where it computes bf16
+// natively, fp32 otherwise (ResolvePrecision in amp.h).
 enum class PrecisionChoice { kAuto, kFp32, kBf16, kFp16 };
 
 const char* OptimizerName(OptimizerKind v);
@@ -81,7 +81,8 @@ struct TrainOptions {
   double gamma = 0.1;
   double label_smoothing = 0;
   PrecisionChoice precision = PrecisionChoice::kAuto;
-  std::string device = "auto";      // auto | cpu | cuda | cuda:N
+  std::string device = "auto";      // auto | cpu | cuda | cuda:N; under a launcher (LOCAL_RANK
+                                    // set) cuda and auto mean cuda:LOCAL_RANK
   uint64_t seed = 0;
   int threads = 0;                  // LibTorch intra-op threads; 0 = on the CPU, kiln's choice
                                     // (DefaultCpuThreads), on a GPU LibTorch's default
@@ -123,6 +124,7 @@ struct TrainResult {
   bool interrupted = false;        // stopped by SIGINT after saving a checkpoint
   std::string checkpoint;          // the last checkpoint written, "" if none
   int intra_op_threads = 0;        // LibTorch's intra-op threads while training
+  int host_ring_allocations = 0;   // times the loaders' shared host slots were allocated
 };
 
 // The intra-op threads kiln train gives LibTorch on the CPU without
@@ -153,11 +155,19 @@ struct BatchTrial {
 // until one runs out of memory, needs more than `budget` bytes, or gains
 // less than 5% samples/s over the best so far. Returns the batch with the
 // best samples/s among those that fit (at least `first` is required to
-// fit: InvalidArgument otherwise). A trial with an error ends the search
-// with that error. `table` gets every trial.
+// fit: InvalidArgument otherwise) - the fastest that fits, not the largest:
+// a doubling that is under 5% faster is not worth its memory. A trial with
+// an error ends the search with that error. `table` gets every trial.
 using BatchTrialFn = std::function<BatchTrial(int64_t batch)>;
 Status SearchBatchSize(int64_t first, int64_t max_batch, int64_t budget, const BatchTrialFn& trial,
                        int64_t* chosen, std::vector<BatchTrial>* table);
+
+// The bytes of optimizer state that training will hold for `trainable_bytes`
+// bytes of trainable parameters: SGD with momentum one buffer like them,
+// without momentum none; AdamW two (exp_avg, exp_avg_sq). The batch-size
+// trials run before the optimizer exists, so this is added to each trial's
+// measured peak.
+int64_t OptimizerStateBytes(const TrainOptions& o, int64_t trainable_bytes);
 
 // The learning rate of optimizer step `step` (0-based) of `total`, for a
 // base rate `lr` (schedule, warm-up; see TrainOptions). Pure, for tests.
