@@ -13,7 +13,7 @@
 #include "core/page_cache.h"
 #include "kiln/cache_reader.h"
 #include "kiln/loader.h"
-#include "kiln/units.h"
+#include "core/units.h"
 
 namespace kiln::tools {
 namespace {

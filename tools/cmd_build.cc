@@ -11,7 +11,7 @@
 #include "command.h"
 #include "progress_printer.h"
 #include "kiln/ingest/build.h"
-#include "kiln/units.h"
+#include "core/units.h"
 
 namespace kiln::tools {
 namespace {

@@ -13,7 +13,7 @@
 #include "doctor.h"
 #include "kiln/cache_layout.h"
 #include "kiln/cache_reader.h"
-#include "kiln/file.h"
+#include "core/file.h"
 
 namespace kiln::tools {
 namespace {

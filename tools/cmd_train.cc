@@ -8,7 +8,7 @@
 
 #include "command.h"
 #include "kiln/train/trainer.h"
-#include "kiln/units.h"
+#include "core/units.h"
 
 namespace kiln::tools {
 namespace {

@@ -11,7 +11,7 @@
 #include "kiln/cache_layout.h"
 #include "kiln/cache_reader.h"
 #include "kiln/duplicates.h"
-#include "kiln/units.h"
+#include "core/units.h"
 #include "kiln/verify.h"
 #include "progress_printer.h"
 

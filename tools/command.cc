@@ -10,8 +10,8 @@
 #include <cstring>
 #include <iostream>
 
-#include "kiln/suggest.h"
-#include "kiln/units.h"
+#include "core/suggest.h"
+#include "core/units.h"
 
 namespace kiln::tools {
 

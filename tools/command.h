@@ -97,7 +97,7 @@ void AddExamples(CLI::App* sub, const std::vector<std::string>& lines);
 // --resise; did you mean --resize?" for the first option that `app`'s
 // chosen subcommand (or `app` itself) does not have, or "kiln: unknown
 // subcommand 'biuld'; did you mean build?", with the nearest names
-// (kiln/suggest.h). "" when every name on the line is known: then CLI11's
+// (core/suggest.h). "" when every name on the line is known: then CLI11's
 // own message says what is wrong.
 std::string UnknownNameMessage(const CLI::App& app, int argc, const char* const* argv);
 

@@ -25,7 +25,7 @@
 
 #include "core/cpus.h"
 #include "kiln/cache_reader.h"
-#include "kiln/units.h"
+#include "core/units.h"
 #include "kiln/verify.h"
 
 namespace kiln::tools {

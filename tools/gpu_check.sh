@@ -7,8 +7,11 @@
 # ones; trains on the GPU, and on 2 processes over NCCL; prints a short
 # table last. Writes logs to $OUT (or /tmp).
 #
-#   on a development machine, once:  ../shared/gpu/fetch_debs.sh .gpu-debs
+#   on a development machine, once:  ../shared/gpu/fetch_debs.sh .gpu-debs &&
+#                                     (cd .gpu-debs && apt-get download pybind11-dev)
 #   then, through the device tool:   bash tools/gpu_check.sh
+# (pybind11-dev: the Python module is built against the machine's torch, for
+# tools/gpu_loader_stress.py.)
 #
 # Environment (all optional): KILN_TORCH_PREFIX (CMake prefix of LibTorch;
 # default: the wheel's torch.utils.cmake_prefix_path), KILN_DEPS_DIR
@@ -85,6 +88,15 @@ KEY="distributed backends" step configure cmake -S . -B "$b" -G Ninja -DCMAKE_BU
     # LOCAL_RANK 1 would mean cuda:1). NCCL may refuse two ranks on one GPU;
     # the last line says which happened.
     step nccl-2-ranks tools/gpu_two_ranks.sh "$b/kiln" /tmp/kiln-gpu-cache "$out"
+    # Every batch intact on the GPU: 2,000 through kiln.Loader(device="cuda")
+    # and 2,000 through pin_memory + non_blocking copies held up by a sleep
+    # kernel, each compared with the same batch read on the CPU.
+    if ls "$b"/python/kiln/_kiln*.so >/dev/null 2>&1; then
+      KEY="batches" step python-stress env PYTHONPATH="$b/python" python3 tools/gpu_loader_stress.py \
+        /tmp/kiln-gpu-cache 2000 cuda
+    else
+      results+=("python-stress: not run: the module was not built (no Python headers, or pybind11-dev missing from .gpu-debs)")
+    fi
   }
   step nvidia-smi nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv
 }

@@ -312,7 +312,7 @@ class Loader:
                                       % (cache.path, p["shard"], p["what"],
                                          len(report["problems"]), cache.path))
         cache._reader()  # this process's handles
-        env_rank, env_world, _, _ = _kiln.launch_environment()
+        env_rank, env_world, _ = _kiln.launch_environment()
         if crop is not None and int(crop) <= 0:
             raise ValueError("kiln.Loader: crop must be a positive size or None, not %r" % (crop,))
         if random_crop is None:

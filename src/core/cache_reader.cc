@@ -6,7 +6,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "kiln/file.h"
+#include "core/file.h"
 #include "core/lmdb_check.h"
 #include "core/lmdb_env.h"
 

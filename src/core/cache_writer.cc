@@ -16,7 +16,7 @@
 #include <functional>
 #include <vector>
 
-#include "kiln/file.h"
+#include "core/file.h"
 #include "kiln/cache_layout.h"
 #include "kiln/dir_lock.h"
 #include "core/lmdb_env.h"

@@ -7,7 +7,7 @@
 #include <cerrno>
 
 #include "kiln/cache_layout.h"
-#include "kiln/file.h"
+#include "core/file.h"
 
 namespace kiln {
 

@@ -1,4 +1,4 @@
-#include "kiln/escape.h"
+#include "core/escape.h"
 
 #include <cstddef>
 #include <cstdint>

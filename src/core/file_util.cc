@@ -1,4 +1,4 @@
-#include "kiln/file.h"
+#include "core/file.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -6,39 +6,33 @@
 #include "core/decimal.h"
 
 namespace kiln {
-namespace {
 
-// Variable `name` as a decimal number in lo..hi; *present false when unset.
-Status EnvInt(const char* name, long lo, long hi, bool* present, int* out) {
+Status LaunchVariable(const char* name, long lo, long hi, long* out) {
   const char* v = std::getenv(name);
-  *present = v != nullptr;
-  if (v == nullptr) return Status::OK();
-  uint64_t n = 0;
-  if (!ParseDecimal(v, &n) || n < static_cast<uint64_t>(lo) || n > static_cast<uint64_t>(hi))
+  if (v == nullptr) return Status::InvalidArgument(std::string(name) + " is not set");
+  long n = 0;
+  if (!ParseDecimal(v, &n) || n < lo || n > hi)
     return Status::InvalidArgument(std::string(name) + "=" + v + " is not a number in " +
                                    std::to_string(lo) + ".." + std::to_string(hi) +
                                    " (a launcher such as torchrun sets it)");
-  *out = static_cast<int>(n);
+  *out = n;
   return Status::OK();
 }
 
-}  // namespace
-
 Status ReadLaunchEnvironment(LaunchEnvironment* out) {
   *out = LaunchEnvironment();
-  bool world_set = false, rank_set = false, local_set = false;
-  int world = 1, rank = 0, local = 0;
-  KILN_RETURN_IF_ERROR(EnvInt("WORLD_SIZE", 1, 1 << 16, &world_set, &world));
-  if (!world_set) return Status::OK();
-  KILN_RETURN_IF_ERROR(EnvInt("RANK", 0, world - 1, &rank_set, &rank));
-  if (!rank_set && world > 1)
-    return Status::InvalidArgument("WORLD_SIZE=" + std::to_string(world) +
-                                   " but RANK is not set (a launcher such as torchrun sets both)");
-  KILN_RETURN_IF_ERROR(EnvInt("LOCAL_RANK", 0, world - 1, &local_set, &local));
-  out->launched = true;
-  out->world_size = world;
-  out->rank = rank;
-  out->local_rank = local;
+  if (std::getenv("LOCAL_RANK") != nullptr) {
+    long local = 0;
+    KILN_RETURN_IF_ERROR(LaunchVariable("LOCAL_RANK", 0, 1 << 16, &local));
+    out->local_rank = static_cast<int>(local);
+  }
+  if (std::getenv("WORLD_SIZE") == nullptr) return Status::OK();
+  long world = 0, rank = 0;
+  KILN_RETURN_IF_ERROR(LaunchVariable("WORLD_SIZE", 1, 1 << 16, &world));
+  if (world == 1) return Status::OK();
+  KILN_RETURN_IF_ERROR(LaunchVariable("RANK", 0, world - 1, &rank));
+  out->world = static_cast<int>(world);
+  out->rank = static_cast<int>(rank);
   return Status::OK();
 }
 

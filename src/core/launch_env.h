@@ -9,17 +9,22 @@
 namespace kiln {
 
 struct LaunchEnvironment {
-  bool launched = false;  // WORLD_SIZE is set
-  int rank = 0;           // RANK: 0 <= rank < world_size
-  int world_size = 1;     // WORLD_SIZE: 1 .. 65536
-  int local_rank = 0;     // LOCAL_RANK: the rank on this machine (its GPU); 0 when unset
+  int rank = 0;         // RANK: 0 <= rank < world
+  int world = 1;        // WORLD_SIZE; 1: not distributed (unset or 1)
+  int local_rank = -1;  // LOCAL_RANK (its GPU on this machine), -1 when unset
 };
 
-// Reads RANK, WORLD_SIZE and LOCAL_RANK. Without WORLD_SIZE: one process
-// (rank 0 of 1, local rank 0), whatever RANK says. Returns InvalidArgument
-// naming the variable and its value when one is set but is not a decimal
-// number in its range (RANK is required when WORLD_SIZE > 1).
+// Reads RANK, WORLD_SIZE and LOCAL_RANK. Without WORLD_SIZE, or with 1, one
+// process (rank 0 of 1) whatever RANK says; LOCAL_RANK is read whenever it
+// is set. Returns InvalidArgument naming the variable and its value when one
+// is not a decimal number in its range (RANK is required, below
+// WORLD_SIZE, when WORLD_SIZE > 1).
 Status ReadLaunchEnvironment(LaunchEnvironment* out);
+
+// The launcher's variable `name` as a decimal number in lo..hi (MASTER_PORT,
+// ...). InvalidArgument "NAME is not set" or "NAME=value is not a number in
+// lo..hi".
+Status LaunchVariable(const char* name, long lo, long hi, long* out);
 
 }  // namespace kiln
 

@@ -1,7 +1,7 @@
 #include "core/lmdb_env.h"
 
 #include "core/fault_guard.h"
-#include "kiln/file.h"
+#include "core/file.h"
 
 #include <sys/stat.h>
 #include <unistd.h>

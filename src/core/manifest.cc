@@ -17,7 +17,7 @@
 #include <xxhash.h>
 
 #include "core/json_read.h"
-#include "kiln/file.h"
+#include "core/file.h"
 
 #ifndef KILN_VERSION_STRING
 #define KILN_VERSION_STRING "0.0.0"

@@ -1,4 +1,4 @@
-#include "kiln/suggest.h"
+#include "core/suggest.h"
 
 #include <algorithm>
 #include <cctype>

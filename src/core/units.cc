@@ -1,4 +1,4 @@
-#include "kiln/units.h"
+#include "core/units.h"
 
 #include <algorithm>
 #include <cmath>

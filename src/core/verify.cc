@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "kiln/file.h"
+#include "core/file.h"
 #include "core/lmdb_check.h"
 #include "core/lmdb_env.h"
 #include "core/page_cache.h"

@@ -13,7 +13,7 @@
 #include "journal.h"
 #include "kiln/cache_layout.h"
 #include "kiln/cache_writer.h"
-#include "kiln/escape.h"
+#include "core/escape.h"
 #include "kiln/image/decode.h"
 #include "kiln/manifest.h"
 #include "kiln/shuffle.h"
@@ -144,7 +144,7 @@ class Builder {
   Preprocessing BaseRecipe() const {
     Preprocessing r;
     r.complete = true;
-    // Names in the manifest are escaped as in sources.tsv (kiln/escape.h).
+    // Names in the manifest are escaped as in sources.tsv (core/escape.h).
     r.source.root = EscapeName(src_.root);
     r.source.layout = src_.layout;
     r.source.digest = SourceDigest(src_);

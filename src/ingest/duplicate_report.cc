@@ -4,8 +4,8 @@
 
 #include "kiln/cache_layout.h"
 #include "kiln/cache_reader.h"
-#include "kiln/escape.h"
-#include "kiln/file.h"
+#include "core/escape.h"
+#include "core/file.h"
 #include "sources_tsv.h"
 
 namespace kiln::ingest {

@@ -12,8 +12,8 @@
 #include "core/decimal.h"
 #include "kiln/cache_layout.h"
 #include "kiln/cache_writer.h"
-#include "kiln/escape.h"
-#include "kiln/file.h"
+#include "core/escape.h"
+#include "core/file.h"
 #include "kiln/manifest.h"
 
 namespace kiln::ingest {
@@ -251,7 +251,7 @@ uint64_t RejectLog::retryable() const {
 }
 
 Status RejectLog::Add(size_t position, const std::string& path, std::string reason, bool retry) {
-  // Escaped (kiln/escape.h): a name or message with a tab or line break
+  // Escaped (core/escape.h): a name or message with a tab or line break
   // stays one line of four fields.
   entries_.push_back({EscapeName(path), EscapeName(reason), retry});
   now_.insert(position);

@@ -22,7 +22,7 @@
 namespace kiln::ingest {
 
 // One rejected input, as rejects.tsv and rejects.partial hold it: path and
-// reason escaped (kiln/escape.h), and whether the cause lay in the
+// reason escaped (core/escape.h), and whether the cause lay in the
 // environment rather than in the input (Retryable): then the next build
 // with the same arguments tries it again.
 struct RejectEntry {
@@ -136,7 +136,7 @@ class RejectLog {
 
   // Logs that source position `position` (file `path`) was rejected, and
   // whether the next build should try it again. Path and reason are
-  // escaped (kiln/escape.h): one line, four fields.
+  // escaped (core/escape.h): one line, four fields.
   Status Add(size_t position, const std::string& path, std::string reason, bool retry);
   // A source the listing could not use (SourceList::rejected): kept ahead
   // of the sources' rejects, in memory only (every run lists the sources

@@ -14,7 +14,7 @@
 #include "journal.h"
 #include "kiln/cache_reader.h"
 #include "kiln/cache_writer.h"
-#include "kiln/file.h"
+#include "core/file.h"
 #include "kiln/ingest/build.h"
 #include "kiln/manifest.h"
 #include "kiln/verify.h"

@@ -7,7 +7,7 @@
 #include <mutex>
 #include <new>
 
-#include "kiln/file.h"
+#include "core/file.h"
 
 namespace kiln::ingest {
 

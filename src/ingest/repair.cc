@@ -5,7 +5,7 @@
 
 #include "kiln/cache_layout.h"
 #include "kiln/cache_writer.h"
-#include "kiln/escape.h"
+#include "core/escape.h"
 #include "kiln/manifest.h"
 #include "kiln/verify.h"
 #include "sources_tsv.h"

@@ -18,8 +18,8 @@
 
 #include "core/decimal.h"
 #include "journal.h"
-#include "kiln/escape.h"
-#include "kiln/file.h"
+#include "core/escape.h"
+#include "core/file.h"
 #include "kiln/manifest.h"
 #include "source_list.h"
 #include "sources_tsv.h"

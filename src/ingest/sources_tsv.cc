@@ -5,8 +5,8 @@
 #include <string_view>
 
 #include "core/decimal.h"
-#include "kiln/escape.h"
-#include "kiln/file.h"
+#include "core/escape.h"
+#include "core/file.h"
 
 namespace kiln::ingest {
 

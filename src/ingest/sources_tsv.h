@@ -19,7 +19,7 @@ struct RecordedSource {
   SourceItem item;
 };
 
-// A name as the manifest records it (escaped, kiln/escape.h) made raw
+// A name as the manifest records it (escaped, core/escape.h) made raw
 // again; `text` itself when it holds no valid escape.
 std::string RawName(const std::string& text);
 

@@ -8,7 +8,7 @@
 
 #include "kiln/cache_layout.h"
 #include "kiln/cache_reader.h"
-#include "kiln/escape.h"
+#include "core/escape.h"
 #include "kiln/ingest/build.h"
 #include "kiln/manifest.h"
 #include "kiln/shuffle.h"

@@ -38,7 +38,7 @@
 #include "core/fault_guard.h"
 #include "core/launch_env.h"
 #include "kiln/cache_reader.h"
-#include "kiln/escape.h"
+#include "core/escape.h"
 #include "kiln/loader.h"
 #include "kiln/manifest.h"
 #include "kiln/verify.h"
@@ -375,10 +375,10 @@ PYBIND11_MODULE(_kiln, m) {
       [] {
         LaunchEnvironment e;
         Check(ReadLaunchEnvironment(&e));
-        return py::make_tuple(e.rank, e.world_size, e.local_rank, e.launched);
+        return py::make_tuple(e.rank, e.world, e.local_rank);
       },
-      "(rank, world_size, local_rank, launched) from RANK, WORLD_SIZE and LOCAL_RANK, as kiln "
-      "train reads them");
+      "(rank, world_size, local_rank) from RANK, WORLD_SIZE and LOCAL_RANK (-1 when unset), as "
+      "kiln train reads them");
   m.def(
       "output_shape",
       [](const std::shared_ptr<PyCache>& cache, const LoaderOptions& o) {

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "core/json_read.h"
-#include "kiln/file.h"
+#include "core/file.h"
 #include "kiln/manifest.h"
 #include "trainer_internal.h"
 

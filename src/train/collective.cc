@@ -20,16 +20,6 @@ namespace kiln::train {
 namespace internal {
 namespace {
 
-Status EnvInt(const char* name, long lo, long hi, long* out) {
-  const char* v = std::getenv(name);
-  if (v == nullptr) return Status::InvalidArgument(std::string(name) + " is not set");
-  char* end = nullptr;
-  *out = std::strtol(v, &end, 10);
-  if (*v == 0 || *end != 0 || *out < lo || *out > hi)
-    return Status::InvalidArgument(std::string(name) + "=" + v + " is not a number in " +
-                                   std::to_string(lo) + ".." + std::to_string(hi));
-  return Status::OK();
-}
 
 std::string Message(const std::exception& e) {
   const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
@@ -151,22 +141,6 @@ class C10dCollective final : public Collective {
 }  // namespace
 }  // namespace internal
 
-Status ReadLaunch(Launch* out) {
-  *out = Launch();
-  if (std::getenv("LOCAL_RANK") != nullptr) {
-    long local = 0;
-    KILN_RETURN_IF_ERROR(internal::EnvInt("LOCAL_RANK", 0, 1 << 16, &local));
-    out->local_rank = static_cast<int>(local);
-  }
-  if (std::getenv("WORLD_SIZE") == nullptr) return Status::OK();
-  long world = 0, rank = 0;
-  KILN_RETURN_IF_ERROR(internal::EnvInt("WORLD_SIZE", 1, 1 << 16, &world));
-  if (world == 1) return Status::OK();
-  KILN_RETURN_IF_ERROR(internal::EnvInt("RANK", 0, world - 1, &rank));
-  out->world = static_cast<int>(world);
-  out->rank = static_cast<int>(rank);
-  return Status::OK();
-}
 
 Status ChooseDevice(const std::string& option, const Launch& launch, int64_t cuda_devices,
                     torch::Device* out) {
@@ -284,7 +258,7 @@ Status JoinFromEnvironment(const Launch& launch, const torch::Device& device, in
   bool nccl = false;
   KILN_RETURN_IF_ERROR(ChooseBackend(launch.world, device, &nccl));
   long port = 0;
-  KILN_RETURN_IF_ERROR(internal::EnvInt("MASTER_PORT", 1, 65535, &port));
+  KILN_RETURN_IF_ERROR(LaunchVariable("MASTER_PORT", 1, 65535, &port));
   const char* addr = std::getenv("MASTER_ADDR");
   if (addr == nullptr)
     return Status::InvalidArgument(

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "core/launch_env.h"
 #include "kiln/status.h"
 
 namespace kiln::train {
@@ -69,15 +70,10 @@ class DistributedError : public std::runtime_error {
 };
 
 // What the launcher's environment says: RANK, WORLD_SIZE, LOCAL_RANK.
-struct Launch {
-  int rank = 0;
-  int world = 1;        // 1: not distributed (WORLD_SIZE unset or 1)
-  int local_rank = -1;  // LOCAL_RANK (torchrun sets it), -1 when unset
-};
-
-// Reads the launcher's variables. InvalidArgument for one that is not a
-// number in its range (RANK must be below WORLD_SIZE).
-Status ReadLaunch(Launch* out);
+// The launcher's RANK, WORLD_SIZE and LOCAL_RANK, read by core's one rule
+// (core/launch_env.h), which kiln.Loader follows too.
+using Launch = LaunchEnvironment;
+inline Status ReadLaunch(Launch* out) { return ReadLaunchEnvironment(out); }
 
 // The training device for --device `option` under `launch`, on a machine
 // with `cuda_devices` GPUs (0: none, or a LibTorch without CUDA). Under a

@@ -1,4 +1,4 @@
-#include "kiln/escape.h"
+#include "core/escape.h"
 
 #include <catch2/catch.hpp>
 #include <string>

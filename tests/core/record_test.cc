@@ -6,7 +6,7 @@
 #include <xxhash.h>
 
 #include "kiln/record.h"
-#include "kiln/units.h"
+#include "core/units.h"
 #include "test_util.h"
 
 using namespace kiln;

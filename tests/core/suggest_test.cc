@@ -1,5 +1,5 @@
-// Tests for the typo suggestions of kiln/suggest.h.
-#include "kiln/suggest.h"
+// Tests for the typo suggestions of core/suggest.h.
+#include "core/suggest.h"
 
 #include <catch2/catch.hpp>
 

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "fuzz_check.h"
-#include "kiln/units.h"
+#include "core/units.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);

@@ -1,4 +1,4 @@
-// libFuzzer target: the names in kiln's text files (kiln/escape.h).
+// libFuzzer target: the names in kiln's text files (core/escape.h).
 // Input: any bytes, as a name and as escaped text. EscapeName must give one
 // line of text without tabs or control bytes that UnescapeName turns back
 // into the name; UnescapeName must refuse or decode any text without
@@ -8,7 +8,7 @@
 #include <string>
 
 #include "fuzz_check.h"
-#include "kiln/escape.h"
+#include "core/escape.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string bytes(reinterpret_cast<const char*>(data), size);

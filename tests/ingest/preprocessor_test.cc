@@ -5,7 +5,7 @@
 #include <catch2/catch.hpp>
 #include <cstring>
 
-#include "kiln/file.h"
+#include "core/file.h"
 #include "test_util.h"
 
 using namespace kiln;

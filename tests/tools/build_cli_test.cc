@@ -16,7 +16,7 @@
 
 #include "ingest/ingest_test_util.h"
 #include "kiln/manifest.h"
-#include "kiln/units.h"
+#include "core/units.h"
 #include "test_util.h"
 
 using namespace kiln;

@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <sstream>
 
-#include "kiln/units.h"
+#include "core/units.h"
 #include "page_damage.h"
 #include "test_util.h"
 

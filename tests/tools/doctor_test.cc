@@ -10,7 +10,7 @@
 #include <filesystem>
 
 #include "kiln/manifest.h"
-#include "kiln/units.h"
+#include "core/units.h"
 #include "test_util.h"
 
 using namespace kiln;

@@ -33,6 +33,23 @@ int64_t GlobalStep(const std::string& checkpoint) {
   return std::stoll(state.substr(at + 14));
 }
 
+// Waits (at most two minutes) until the run has saved a checkpoint past
+// `step`: LibTorch's start-up takes from a second to several on a busy
+// machine, so a kill timed from the start alone may land before any save.
+bool SavedPast(const std::string& dir, int64_t step) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(2);
+  while (std::chrono::steady_clock::now() < deadline) {
+    const std::string c = CompleteCheckpoint(dir);
+    if (!c.empty()) {
+      const std::string state = ReadFile(c + "/state.json");
+      const size_t at = state.find("\"global_step\":");
+      if (at != std::string::npos && std::stoll(state.substr(at + 14)) > step) return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
 int StartTrain(const std::vector<std::string>& args, const std::string& log) {
   std::vector<std::string> argv = {KILN_BIN, "train"};
   argv.insert(argv.end(), args.begin(), args.end());
@@ -52,7 +69,9 @@ TEST_CASE("kiln train --save killed at seeded random moments resumes from its la
                                          "100000", "--batch-size", "32", "--log-every", "0",
                                          "--precision", "fp32", "--device", "cpu", "--save", ck};
   std::mt19937_64 rng(20261203);
-  std::uniform_int_distribution<int> delay_ms(1500, 4000);  // LibTorch's start-up included
+  // After the run's first new save: epochs (and saves) take milliseconds,
+  // so the kill lands before, during or after one of its later saves.
+  std::uniform_int_distribution<int> delay_ms(0, 400);
   int64_t last_step = 0;
   int resumed = 0, progressed = 0;
   for (int round = 0; round < 8; ++round) {
@@ -60,10 +79,12 @@ TEST_CASE("kiln train --save killed at seeded random moments resumes from its la
     const std::string found = CompleteCheckpoint(ck);
     if (!found.empty()) args.insert(args.end(), {"--resume", ck});
     const int pid = StartTrain(args, log);
+    const bool saved = SavedPast(ck, last_step);
     std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms(rng)));
     ::kill(pid, SIGKILL);
     const int status = WaitExit(pid);
-    INFO("round " << round << ", exit " << status);
+    INFO("round " << round << ", exit " << status << "\n" << ReadFile(log));
+    REQUIRE(saved);  // the run trained and saved within two minutes
     REQUIRE(status == 128 + SIGKILL);
     resumed += !found.empty();
     // Whatever the moment, a complete checkpoint remains, and it moved on

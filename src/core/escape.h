@@ -8,8 +8,8 @@
 //   valid UTF-8 sequence -> \xNN (two lower-case hex digits)
 //
 // Every other byte is kept, so an ordinary name is written as it is.
-#ifndef KILN_ESCAPE_H_
-#define KILN_ESCAPE_H_
+#ifndef KILN_SRC_CORE_ESCAPE_H_
+#define KILN_SRC_CORE_ESCAPE_H_
 
 #include <string>
 
@@ -23,4 +23,4 @@ bool UnescapeName(const std::string& text, std::string* name);
 
 }  // namespace kiln
 
-#endif  // KILN_ESCAPE_H_
+#endif  // KILN_SRC_CORE_ESCAPE_H_

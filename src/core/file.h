@@ -1,6 +1,6 @@
 // Small POSIX file helpers of kiln, shared by every module.
-#ifndef KILN_FILE_H_
-#define KILN_FILE_H_
+#ifndef KILN_SRC_CORE_FILE_H_
+#define KILN_SRC_CORE_FILE_H_
 
 #include <cstdint>
 #include <string>
@@ -47,4 +47,4 @@ Status PosixError(const std::string& context, int err);
 
 }  // namespace kiln
 
-#endif  // KILN_FILE_H_
+#endif  // KILN_SRC_CORE_FILE_H_

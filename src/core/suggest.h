@@ -3,8 +3,8 @@
 // kiln preview for class names.
 //
 // Thread-safety: pure functions; call them from any thread.
-#ifndef KILN_SUGGEST_H_
-#define KILN_SUGGEST_H_
+#ifndef KILN_SRC_CORE_SUGGEST_H_
+#define KILN_SRC_CORE_SUGGEST_H_
 
 #include <string>
 #include <vector>
@@ -29,4 +29,4 @@ std::string DidYouMean(const std::string& word, const std::vector<std::string>& 
 
 }  // namespace kiln
 
-#endif  // KILN_SUGGEST_H_
+#endif  // KILN_SRC_CORE_SUGGEST_H_

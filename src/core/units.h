@@ -4,8 +4,8 @@
 //   K, M, G, T and KiB, MiB, GiB, TiB are powers of 1024 ("4G" = 4 x 2^30);
 //   KB, MB, GB, TB are powers of 1000, as SI says ("4GB" = 4 x 10^9);
 //   B or no unit: bytes. Units are case-sensitive except the single letters.
-#ifndef KILN_UNITS_H_
-#define KILN_UNITS_H_
+#ifndef KILN_SRC_CORE_UNITS_H_
+#define KILN_SRC_CORE_UNITS_H_
 
 #include <cstdint>
 #include <string>
@@ -33,4 +33,4 @@ std::string FormatByteRate(double bytes, double seconds);
 
 }  // namespace kiln
 
-#endif  // KILN_UNITS_H_
+#endif  // KILN_SRC_CORE_UNITS_H_
