@@ -172,15 +172,19 @@ class KilnDataset(torch.utils.data.Dataset):
     def normalize(self, x):
         """Applies the manifest's mean/std to a uint8 tensor (C,H,W) or batch
         (N,C,H,W): ``(x / 255 - mean[c]) / std[c]`` as float32. Tensors of a
-        cache whose payload is already normalized are returned unchanged."""
-        if self._preprocessing.get("normalized", self._dtype_code != 1):
+        float cache are returned unchanged. This file runs without kiln's
+        compiled module, so it cannot call kiln's rule (kiln::InputNormalization,
+        kiln.Cache.normalization): it follows it - a uint8 cache must give a
+        mean and a positive std per channel, else ValueError."""
+        if self._dtype_code != 1:
             return x
         channels = self._shape[0] if len(self._shape) == 3 else 1
-        mean = list(self._preprocessing.get("mean", [0.0] * channels))
-        std = list(self._preprocessing.get("std", [1.0] * channels))
-        if len(mean) != channels or len(std) != channels:
-            raise ValueError("%s: mean/std have %d/%d entries for %d channels"
-                             % (self._manifest_path, len(mean), len(std), channels))
+        mean = list(self._preprocessing.get("mean", []))
+        std = list(self._preprocessing.get("std", []))
+        if len(mean) != channels or len(std) != channels or not all(v > 0 for v in std):
+            raise ValueError("%s: a uint8 cache needs a mean and a positive std per channel (%d) "
+                             "in its preprocessing to be normalized (mean %r, std %r); rebuild it "
+                             "with --mean and --std" % (self._manifest_path, channels, mean, std))
         view = (channels,) + (1,) * (len(self._shape) - 1) if len(self._shape) == 3 else (1,)
         m = torch.tensor(mean, dtype=torch.float32).view(view)
         s = torch.tensor(std, dtype=torch.float32).view(view)

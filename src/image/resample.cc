@@ -410,9 +410,6 @@ void ResampleRegion(const uint8_t* in, int in_w, int in_h, int channels, double 
   }
 }
 
-
-void UsePortableKernelsOnly(bool on) { UseKernelsUpTo(on ? kKernelsPortable : kKernelsAvx2); }
-
 void UseKernelsUpTo(KernelLevel level) { g_max_level.store(level); }
 
 }  // namespace kiln::image::internal

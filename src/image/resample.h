@@ -41,8 +41,6 @@ void ResampleRegion(const uint8_t* in, int in_w, int in_h, int channels, double 
 // supports. For tests and benchmarks.
 enum KernelLevel { kKernelsPortable = 0, kKernelsSse41 = 1, kKernelsAvx2 = 2 };
 void UseKernelsUpTo(KernelLevel level);
-// UseKernelsUpTo(on ? kKernelsPortable : kKernelsAvx2).
-void UsePortableKernelsOnly(bool on);
 
 }  // namespace kiln::image::internal
 

@@ -32,7 +32,9 @@
 #include <string>
 #include <vector>
 
+#include "batch_size.h"
 #include "collective.h"
+#include "optimizer.h"
 #include "grad_reducer.h"
 #include "kiln/cache_reader.h"
 #include "kiln/train/amp.h"

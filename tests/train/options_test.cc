@@ -9,6 +9,7 @@
 #include <regex>
 #include <sstream>
 
+#include "optimizer.h"
 #include "kiln/train/trainer.h"
 #include "test_util.h"
 #include "train_test_util.h"

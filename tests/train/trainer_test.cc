@@ -13,6 +13,7 @@
 
 #include "kiln/train/amp.h"
 #include "kiln/train/model.h"
+#include "batch_size.h"
 #include "kiln/train/trainer.h"
 #include "test_skip.h"
 #include "test_util.h"

@@ -97,7 +97,8 @@ class TensorLoader {
   Loader& loader() { return *loader_; }
   // True when batches are copied asynchronously (CUDA side stream).
   bool asynchronous() const;
-  // The slot tensors (for tests: they are allocated once), views of the ring.
+  // The slot tensors, views of the ring (kiln bench measures its floor
+  // through the same memory).
   const std::vector<torch::Tensor>& slot_tensors() const { return data_; }
   const HostRing& ring() const { return *ring_; }
 
