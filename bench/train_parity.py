@@ -4,13 +4,18 @@ for kiln, and a plain PyTorch training loop to compare kiln train with.
   train_parity.py export MODEL OUT.pt [--seed S]
       torch.jit.script(MODEL) saved for `kiln train --model OUT.pt`.
   train_parity.py train MODEL (--png ROOT | --cache TRAIN_CACHE --val-cache VAL_CACHE)
-                  --epochs N [--workers 2] [--seed S]
+                  --epochs N [--workers 2] [--seed S] [--threads N] [--loader torch|kiln]
+                  [--precision fp32|bf16]
       Trains MODEL in eager mode, as a user would, with kiln train's hyper-parameters
       of the benchmark: batch 128 (whole batches only), SGD momentum 0.9 Nesterov,
       lr 0.05 one-cycle (torch.optim.lr_scheduler.OneCycleLR: kiln's onecycle),
       weight decay 5e-4. --png: torchvision ImageFolder + DataLoader over ROOT/train and
-      ROOT/test (PNG decoded every epoch); --cache: tools/kiln_torch.py's KilnDataset
-      over kiln caches (the same data kiln trains on). Prints one JSON line per epoch:
+      ROOT/test (PNG decoded every epoch); --cache: over kiln caches (the same data kiln
+      trains on), through tools/kiln_torch.py's KilnDataset and a DataLoader, or with
+      --loader kiln through kiln.Loader (kiln's C++ loader, `workers` threads, the batch
+      order of kiln train's for the same seed). --precision bf16: the forward pass under
+      torch.autocast("cpu", dtype=torch.bfloat16), the loss in fp32 on the float logits,
+      as kiln train does. Prints one JSON line per epoch:
       {"epoch", "seconds", "samples_per_s", "val_top1"}; seconds count the training
       loop (data waits included), not the evaluation, as kiln's epoch seconds do;
       "profile_seconds" splits them by phase like kiln train --profile.
@@ -91,7 +96,21 @@ def make_model(name, classes, channels):
     sys.exit(f"train_parity.py: unknown model {name}")
 
 
+def kiln_loaders(a):
+    """kiln.Loader over the caches, as kiln train reads them: seeded shuffle, whole
+    batches; evaluation sequential, every sample."""
+    import kiln
+    train = kiln.Loader(a.cache, batch_size=128, shuffle=True, seed=a.seed, drop_last=True,
+                        workers=a.workers)
+    val = kiln.Loader(a.val_cache, batch_size=256, shuffle=False, drop_last=False,
+                      workers=a.workers)
+    normalize = train.normalize if train.cache.dtype == "uint8" else None
+    return train, val, normalize, len(train.cache.classes), train.cache.shape[0]
+
+
 def loaders(a):
+    if a.loader == "kiln":
+        return kiln_loaders(a)
     if a.png:
         import torchvision
         import torchvision.transforms as T
@@ -124,6 +143,7 @@ def train(a):
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, nesterov=True,
                           weight_decay=5e-4)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.05, total_steps=len(tl) * a.epochs)
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16")
     clock = time.perf_counter
     for epoch in range(a.epochs):
         model.train()
@@ -143,7 +163,9 @@ def train(a):
                 x = normalize(x)
             x = x.float()
             u = clock(); phase["data_wait"] += u - t; t = u
-            loss = F.cross_entropy(model(x), y)
+            with autocast:
+                logits = model(x)
+            loss = F.cross_entropy(logits.float(), y)
             u = clock(); phase["forward"] += u - t; t = u
             opt.zero_grad()
             u = clock(); phase["optimizer"] += u - t; t = u
@@ -161,7 +183,9 @@ def train(a):
             for x, y in vl:
                 if normalize is not None:
                     x = normalize(x)
-                correct += (model(x.float()).argmax(1) == y).sum().item()
+                with autocast:
+                    logits = model(x.float())
+                correct += (logits.argmax(1) == y).sum().item()
                 total += y.numel()
         print(json.dumps({"epoch": epoch + 1, "seconds": seconds, "samples_per_s": n / seconds,
                           "val_top1": correct / total,
@@ -186,6 +210,10 @@ def main():
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--threads", type=int, default=0,
                    help="intra-op threads (torch.set_num_threads); 0: LibTorch's default")
+    t.add_argument("--loader", choices=("torch", "kiln"), default="torch",
+                   help="with --cache: a DataLoader over kiln_torch.py (torch) or kiln.Loader")
+    t.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                   help="bf16: the forward under torch.autocast('cpu', dtype=torch.bfloat16)")
     a = p.parse_args()
     if a.cmd == "export":
         torch.manual_seed(a.seed)
@@ -193,6 +221,8 @@ def main():
     else:
         if bool(a.png) == bool(a.cache and a.val_cache):
             sys.exit("train_parity.py train: give --png ROOT, or --cache and --val-cache")
+        if a.loader == "kiln" and not a.cache:
+            sys.exit("train_parity.py train: --loader kiln reads --cache and --val-cache")
         train(a)
 
 
