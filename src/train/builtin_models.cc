@@ -28,8 +28,8 @@ struct MlpImpl : torch::nn::Module {
         fc(register_module("fc", Dense(256, classes))) {}
 
   torch::Tensor forward(torch::Tensor x) {
-    x = fc1(torch::flatten(x, 1)).relu_();
-    x = fc2(x).relu_();
+    x = torch::relu(fc1(torch::flatten(x, 1)));
+    x = torch::relu(fc2(x));
     return fc(x);
   }
 
@@ -51,9 +51,9 @@ struct CnnImpl : torch::nn::Module {
         fc(register_module("fc", Dense(128 * 4, classes))) {}
 
   torch::Tensor forward(torch::Tensor x) {
-    x = torch::max_pool2d(bn1(conv1(x)).relu_(), {2, 2}, {2, 2});
-    x = torch::max_pool2d(bn2(conv2(x)).relu_(), {2, 2}, {2, 2});
-    x = bn3(conv3(x)).relu_();
+    x = torch::max_pool2d(torch::relu(bn1(conv1(x))), {2, 2}, {2, 2});
+    x = torch::max_pool2d(torch::relu(bn2(conv2(x))), {2, 2}, {2, 2});
+    x = torch::relu(bn3(conv3(x)));
     x = torch::adaptive_avg_pool2d(x, {2, 2});
     return fc(torch::flatten(x, 1));
   }

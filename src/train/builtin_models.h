@@ -3,8 +3,10 @@
 // conv1, bn1, layer1.0.conv1, ..., layer2.0.downsample.0, ..., fc):
 //
 //  * an eager LibTorch module (torch::nn), which kiln train runs: autograd's
-//    own backward kernels, in-place ReLU and residual additions as
-//    torchvision writes them, no interpreter in the step;
+//    own backward kernels, no interpreter in the step, and the operators of
+//    the Python model it mirrors (the resnets' in-place ReLU and residual
+//    additions as torchvision writes them; the cnn as bench/train_parity.py's
+//    KilnCNN);
 //  * its TorchScript twin, assembled from TorchScript source, which
 //    --export, --save and the checkpoints write, so that Python and LibTorch
 //    load them with torch.jit.load and --init/--resume read them by name.
