@@ -21,9 +21,12 @@
 #       python-tuned       the Python loop a sharp user writes (issue 26): kiln.Loader over the
 #                  same caches (2 worker threads), torch.autocast("cpu", bfloat16) where kiln's
 #                  auto precision is bf16 (kiln.native_bf16()), kiln's thread count
-#                  (torch.set_num_threads(nproc)) and kiln's OpenMP waits (OMP_WAIT_POLICY=PASSIVE
-#                  unless set)
+#                  (torch.set_num_threads(nproc)), and the process environment kiln train runs
+#                  in (tools/command.h: OMP_WAIT_POLICY=PASSIVE and glibc malloc's
+#                  GLIBC_TUNABLES, each unless set)
 #       python-tuned-fp32  the same in fp32: kiln-fp32's peer
+#       python-tuned-noenv  python-tuned without kiln's environment (spinning OpenMP waits,
+#                  glibc's malloc defaults), for comparison
 #       python     the plain loop of issue 13 with LibTorch's defaults (fp32, LibTorch's thread
 #                  count): torchvision ImageFolder + DataLoader over the Fashion-MNIST PNGs
 #                  (2 worker processes decoding every epoch); for resnet18 a DataLoader over
@@ -58,8 +61,8 @@ while [ $# -gt 0 ]; do
     --sides) sides=$2; shift 2 ;;
     --limit) limit=$2; shift 2 ;;
     --threads) threads_opt=$2; shift 2 ;;
-    -h|--help) sed -n '2,48p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "usage: $0 [--epochs N] [--rounds R] [--models parity,cnn,resnet18] [--sides kiln,kiln-fp32,python-tuned,python-tuned-fp32,python,python-threads] [--limit N] [--threads N]" >&2; exit 2 ;;
+    -h|--help) sed -n '2,51p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "usage: $0 [--epochs N] [--rounds R] [--models parity,cnn,resnet18] [--sides kiln,kiln-fp32,python-tuned,python-tuned-fp32,python-tuned-noenv,python,python-threads] [--limit N] [--threads N]" >&2; exit 2 ;;
   esac
 done
 [ -x "$kiln" ] || { echo "no kiln binary at $kiln (cmake --build build)" >&2; exit 2; }
@@ -125,12 +128,13 @@ run_python() {  # SIDE MODEL ROUND EPOCHS PY_MODEL KILN_TRAIN KILN_VAL DATA_ARGS
   case $side in
     python) args=("$@") ;;
     python-threads) threads=$(nproc); args=("$@") ;;  # kiln's choice: one per usable CPU
-    python-tuned|python-tuned-fp32)
+    python-tuned*)
       threads=$(nproc)
       [ "$threads_opt" -gt 0 ] && threads=$threads_opt
-      [ "$side" = python-tuned ] && precision=$auto_precision
+      [ "$side" = python-tuned-fp32 ] || precision=$auto_precision
       args=(--loader kiln --cache "$kt" --val-cache "$kv" --precision "$precision")
-      env=(PYTHONPATH="$pypath" OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}") ;;
+      env=(PYTHONPATH="$pypath")
+      [ "$side" = python-tuned-noenv ] || env+=("${kiln_env[@]}") ;;
   esac
   echo "# round $r: ${env[*]} python train_parity.py train $pm --epochs $e --threads $threads ${args[*]} (log $out.log)" >&2
   env "${env[@]}" "$py" "$pyb" train "$pm" --epochs "$e" --threads "$threads" "${args[@]}" >"$out.log" 2>&1 \
@@ -155,10 +159,14 @@ run_sides() {
 IFS=, read -ra want <<<"$models"
 IFS=, read -ra want_sides <<<"$sides"
 for s in "${want_sides[@]}"; do
-  case $s in kiln|kiln-fp32|python|python-threads|python-tuned|python-tuned-fp32) ;;
-    *) echo "unknown side $s (kiln, kiln-fp32, python-tuned, python-tuned-fp32, python, python-threads)" >&2; exit 2 ;;
+  case $s in kiln|kiln-fp32|python|python-threads|python-tuned|python-tuned-fp32|python-tuned-noenv) ;;
+    *) echo "unknown side $s (kiln, kiln-fp32, python-tuned, python-tuned-fp32, python-tuned-noenv, python, python-threads)" >&2; exit 2 ;;
   esac
 done
+# The process environment kiln train runs in (tools/command.h, TorchEnvironment; a
+# setting of the caller's own wins there as here).
+kiln_env=(OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
+          GLIBC_TUNABLES="${GLIBC_TUNABLES:-glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1099511627776}")
 # python-tuned's precision: what kiln train --precision auto picks on this CPU.
 auto_precision=$(PYTHONPATH=$pypath "$py" -c 'import kiln; print("bf16" if kiln.native_bf16() else "fp32")') \
   || { echo "cannot import kiln from $pypath (build the Python module, or set KILN_PYTHONPATH)" >&2; exit 2; }
@@ -254,6 +262,7 @@ print()
 # (side, peer, goal, stretch, issue): the pairs compared, where both sides ran.
 pairs = [("kiln", "python-tuned", 1.0, 1.2, "issue 26"),
          ("kiln-fp32", "python-tuned-fp32", 1.0, 1.2, "issue 26"),
+         ("kiln", "python-tuned-noenv", None, None, "for comparison"),
          ("kiln", "python", 1.1, 1.3, "issue 13"),
          ("kiln-fp32", "python", None, None, "for comparison")]
 for m in models:
