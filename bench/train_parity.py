@@ -4,13 +4,22 @@ for kiln, and a plain PyTorch training loop to compare kiln train with.
   train_parity.py export MODEL OUT.pt [--seed S]
       torch.jit.script(MODEL) saved for `kiln train --model OUT.pt`.
   train_parity.py train MODEL (--png ROOT | --cache TRAIN_CACHE --val-cache VAL_CACHE)
-                  --epochs N [--workers 2] [--seed S]
+                  --epochs N [--workers 2] [--seed S] [--threads N] [--loader torch|kiln]
+                  [--precision fp32|bf16] [--device cpu|cuda]
       Trains MODEL in eager mode, as a user would, with kiln train's hyper-parameters
       of the benchmark: batch 128 (whole batches only), SGD momentum 0.9 Nesterov,
       lr 0.05 one-cycle (torch.optim.lr_scheduler.OneCycleLR: kiln's onecycle),
       weight decay 5e-4. --png: torchvision ImageFolder + DataLoader over ROOT/train and
-      ROOT/test (PNG decoded every epoch); --cache: tools/kiln_torch.py's KilnDataset
-      over kiln caches (the same data kiln trains on). Prints one JSON line per epoch:
+      ROOT/test (PNG decoded every epoch); --cache: over kiln caches (the same data kiln
+      trains on), through tools/kiln_torch.py's KilnDataset and a DataLoader, or with
+      --loader kiln through kiln.Loader (kiln's C++ loader, `workers` threads, the batch
+      order of kiln train's for the same seed), or with --loader device through no loader at
+      all: random batches of the cache's shape and classes made once on the device and
+      reused (a loader that costs nothing; where the kiln module cannot be built, as on
+      the GPU machine of tools/gpu_check.sh). --precision bf16: the forward pass under
+      torch.autocast(device, dtype=torch.bfloat16), the loss in fp32 on the float
+      logits, as kiln train does. --device cuda: model and batches on the GPU (seconds
+      end with torch.cuda.synchronize()). Prints one JSON line per epoch:
       {"epoch", "seconds", "samples_per_s", "val_top1"}; seconds count the training
       loop (data waits included), not the evaluation, as kiln's epoch seconds do;
       "profile_seconds" splits them by phase like kiln train --profile.
@@ -55,7 +64,7 @@ class ParityCNN(nn.Module):
 
 
 class KilnCNN(nn.Module):
-    """src/train/model.cc's Cnn: conv-BN-ReLU 32, pool, 64, pool, 128, adaptive 2x2, fc."""
+    """src/train/builtin_models.cc's Cnn: conv-BN-ReLU 32, pool, 64, pool, 128, adaptive 2x2, fc."""
 
     def __init__(self, channels=1, classes=10):
         super().__init__()
@@ -91,7 +100,43 @@ def make_model(name, classes, channels):
     sys.exit(f"train_parity.py: unknown model {name}")
 
 
+def kiln_loaders(a):
+    """kiln.Loader over the caches, as kiln train reads them: seeded shuffle, whole
+    batches; evaluation sequential, every sample."""
+    import kiln
+    train = kiln.Loader(a.cache, batch_size=128, shuffle=True, seed=a.seed, drop_last=True,
+                        workers=a.workers)
+    val = kiln.Loader(a.val_cache, batch_size=256, shuffle=False, drop_last=False,
+                      workers=a.workers)
+    normalize = train.normalize if train.cache.dtype == "uint8" else None
+    return train, val, normalize, len(train.cache.classes), train.cache.shape[0]
+
+
+def device_loaders(a):
+    """Random batches on the device in the shape of the cache's records (its manifest),
+    made once: the training loop without any data loading."""
+    with open(os.path.join(a.cache, "manifest.json")) as f:
+        m = json.load(f)
+    shape, classes = m["sample"]["shape"], len(m["classes"])
+    g = torch.Generator().manual_seed(a.seed)
+    batches = [(torch.randn([128] + shape, generator=g).to(a.device),
+                torch.randint(0, classes, (128,), generator=g).to(a.device)) for _ in range(8)]
+
+    class Batches:
+        def __len__(self):
+            return m["count"] // 128
+
+        def __iter__(self):
+            return (batches[i % len(batches)] for i in range(len(self)))
+
+    return Batches(), batches[:2], None, classes, shape[0]
+
+
 def loaders(a):
+    if a.loader == "kiln":
+        return kiln_loaders(a)
+    if a.loader == "device":
+        return device_loaders(a)
     if a.png:
         import torchvision
         import torchvision.transforms as T
@@ -120,10 +165,12 @@ def train(a):
         torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     tl, vl, normalize, classes, channels = loaders(a)
-    model = make_model(a.model, classes, channels)
+    model = make_model(a.model, classes, channels).to(a.device)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, nesterov=True,
                           weight_decay=5e-4)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.05, total_steps=len(tl) * a.epochs)
+    autocast = torch.autocast(a.device, dtype=torch.bfloat16, enabled=a.precision == "bf16")
+    cuda = a.device == "cuda"
     clock = time.perf_counter
     for epoch in range(a.epochs):
         model.train()
@@ -141,9 +188,12 @@ def train(a):
                 break
             if normalize is not None:
                 x = normalize(x)
-            x = x.float()
+            x = x.to(a.device, non_blocking=True).float()
+            y = y.to(a.device, non_blocking=True)
             u = clock(); phase["data_wait"] += u - t; t = u
-            loss = F.cross_entropy(model(x), y)
+            with autocast:
+                logits = model(x)
+            loss = F.cross_entropy(logits.float(), y)
             u = clock(); phase["forward"] += u - t; t = u
             opt.zero_grad()
             u = clock(); phase["optimizer"] += u - t; t = u
@@ -154,6 +204,8 @@ def train(a):
             u = clock(); phase["optimizer"] += u - t; t = u
             n += x.size(0)
             steps += 1
+        if cuda:
+            torch.cuda.synchronize()
         seconds = clock() - t0
         model.eval()
         correct = total = 0
@@ -161,7 +213,10 @@ def train(a):
             for x, y in vl:
                 if normalize is not None:
                     x = normalize(x)
-                correct += (model(x.float()).argmax(1) == y).sum().item()
+                x, y = x.to(a.device), y.to(a.device)
+                with autocast:
+                    logits = model(x.float())
+                correct += (logits.argmax(1) == y).sum().item()
                 total += y.numel()
         print(json.dumps({"epoch": epoch + 1, "seconds": seconds, "samples_per_s": n / seconds,
                           "val_top1": correct / total,
@@ -186,6 +241,12 @@ def main():
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--threads", type=int, default=0,
                    help="intra-op threads (torch.set_num_threads); 0: LibTorch's default")
+    t.add_argument("--loader", choices=("torch", "kiln", "device"), default="torch",
+                   help="with --cache: a DataLoader over kiln_torch.py (torch), kiln.Loader, or "
+                        "random batches made once on the device (device)")
+    t.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    t.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                   help="bf16: the forward under torch.autocast('cpu', dtype=torch.bfloat16)")
     a = p.parse_args()
     if a.cmd == "export":
         torch.manual_seed(a.seed)
@@ -193,6 +254,8 @@ def main():
     else:
         if bool(a.png) == bool(a.cache and a.val_cache):
             sys.exit("train_parity.py train: give --png ROOT, or --cache and --val-cache")
+        if a.loader != "torch" and not a.cache:
+            sys.exit("train_parity.py train: --loader %s reads --cache and --val-cache" % a.loader)
         train(a)
 
 

@@ -144,6 +144,10 @@ KILN_COMMAND(Command{
       sub->add_option("--save", o.save, "checkpoint directory, written after every epoch");
       sub->add_option("--resume", o.resume, "continue from a checkpoint directory");
       sub->add_option("--export", o.export_path, "write the trained model as TorchScript FILE.pt");
+      sub->add_option(
+          "--export-state-dict", o.export_state_dict,
+          "write its weights as a state_dict FILE.pth for Python: "
+          "torchvision.models.resnet18(num_classes=N).load_state_dict(torch.load(FILE))");
       AddExamples(sub, {"kiln train --data OUT/train --val OUT/val --model resnet18 --epochs 5",
                             "kiln train --data OUT/train --model cnn --batch-size auto --save ckpt"});
       return [a] { return RunTrain(*a); };

@@ -97,6 +97,34 @@ KEY="distributed backends" step configure cmake -S . -B "$b" -G Ninja -DCMAKE_BU
     else
       results+=("python-stress: not run: the module was not built (no Python headers, or pybind11-dev missing from .gpu-debs)")
     fi
+    # kiln train against the tuned Python loop of bench/train_parity.py (issue 26):
+    # resnet18, batch 128, bf16, SGD one-cycle, 3 epochs of that cache, interleaved
+    # kiln, python, kiln, python. Python reads the cache with kiln.Loader where the
+    # module was built here; else it trains on random batches made once on the GPU
+    # (a loader that costs nothing: the comparison then favours Python).
+    loader=device
+    PYTHONPATH=$b/python python3 -c 'import kiln' 2>/dev/null && loader=kiln
+    for r in 1 2; do
+      step parity-kiln-$r "$b/kiln" train --data /tmp/kiln-gpu-cache --model resnet18 --device cuda \
+        --workers 4 --batch-size 128 --precision bf16 --epochs 3 --log-every 0 --optimizer sgd \
+        --lr 0.05 --momentum 0.9 --nesterov --weight-decay 5e-4 --schedule onecycle \
+        --metrics "$out/parity-kiln-$r.jsonl"
+      step parity-python-$r env PYTHONPATH="$b/python" python3 bench/train_parity.py train resnet18 \
+        --cache /tmp/kiln-gpu-cache --val-cache /tmp/kiln-gpu-cache --loader $loader --device cuda \
+        --precision bf16 --epochs 3 --workers 4
+    done
+    step parity-ratio python3 - "$out" "$loader" <<'EOF'
+import json, os, sys
+out, loader = sys.argv[1:]
+def rate(lines):  # samples/s over all epochs of one run
+    ep = [json.loads(l) for l in lines if l.startswith("{") and '"kind":"step"' not in l]
+    return sum(e["samples_per_s"] * e["seconds"] for e in ep) / sum(e["seconds"] for e in ep)
+k = [rate(open(os.path.join(out, "parity-kiln-%d.jsonl" % r))) for r in (1, 2)]
+p = [rate(open(os.path.join(out, "parity-python-%d.log" % r))) for r in (1, 2)]
+print("resnet18 bf16 cuda: kiln train %.0f samples/s, python-tuned (%s) %.0f, ratio %.2f "
+      "(rounds %s)" % (sum(k) / 2, loader, sum(p) / 2, sum(k) / sum(p),
+                       ", ".join("%.2f" % (a / b) for a, b in zip(k, p))))
+EOF
   }
   step nvidia-smi nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv
 }

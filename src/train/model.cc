@@ -1,6 +1,8 @@
 #include "kiln/train/model.h"
 
 #include <ATen/record_function.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
+#include <torch/serialize.h>
 #include <torch/torch.h>
 
 #include <cmath>
@@ -9,192 +11,18 @@
 #include <map>
 #include <utility>
 
+#include "builtin_models.h"
+#include "core/file.h"
+
 namespace kiln::train {
 namespace {
 
 using torch::jit::Module;
-using CU = std::shared_ptr<torch::jit::CompilationUnit>;
-
-// ---- building blocks, as TorchScript source ---------------------------------
-
-Module NewModule(const CU& cu, const std::string& type) {
-  Module m("__torch__.kiln." + type, cu, /*shouldMangle=*/true);
-  m.register_attribute("training", c10::BoolType::get(), true);
-  return m;
-}
-
-std::string Pair(int64_t a) { return "[" + std::to_string(a) + ", " + std::to_string(a) + "]"; }
-
-Module Conv(const CU& cu, int64_t cin, int64_t cout, int64_t k, int64_t stride, int64_t pad,
-            bool bias) {
-  Module m = NewModule(cu, "Conv2d");
-  torch::Tensor w = torch::empty({cout, cin, k, k});
-  torch::nn::init::kaiming_normal_(w, 0, torch::kFanOut, torch::kReLU);  // torchvision's init
-  m.register_parameter("weight", w.requires_grad_(), false);
-  if (bias) m.register_parameter("bias", torch::zeros({cout}).requires_grad_(), false);
-  m.define("def forward(self, x):\n    return torch.conv2d(x, self.weight, " +
-           std::string(bias ? "self.bias" : "None") + ", " + Pair(stride) + ", " + Pair(pad) +
-           ", [1, 1], 1)\n");
-  return m;
-}
-
-Module BatchNorm(const CU& cu, int64_t c) {
-  Module m = NewModule(cu, "BatchNorm2d");
-  m.register_parameter("weight", torch::ones({c}).requires_grad_(), false);
-  m.register_parameter("bias", torch::zeros({c}).requires_grad_(), false);
-  m.register_buffer("running_mean", torch::zeros({c}));
-  m.register_buffer("running_var", torch::ones({c}));
-  m.register_buffer("num_batches_tracked", torch::zeros({}, torch::kLong));
-  m.define(R"(
-def forward(self, x):
-    if self.training:
-        self.num_batches_tracked.add_(1)
-    return torch.batch_norm(x, self.weight, self.bias, self.running_mean, self.running_var,
-                            self.training, 0.1, 1e-05, True)
-)");
-  return m;
-}
 
 // PyTorch's default Linear init: U(-1/sqrt(in), 1/sqrt(in)) for weight and bias.
 std::pair<torch::Tensor, torch::Tensor> LinearInit(int64_t in, int64_t out) {
   const double b = 1.0 / std::sqrt(static_cast<double>(in));
   return {torch::empty({out, in}).uniform_(-b, b), torch::empty({out}).uniform_(-b, b)};
-}
-
-Module Linear(const CU& cu, int64_t in, int64_t out) {
-  Module m = NewModule(cu, "Linear");
-  auto [w, b] = LinearInit(in, out);
-  m.register_parameter("weight", w.requires_grad_(), false);
-  m.register_parameter("bias", b.requires_grad_(), false);
-  m.define("def forward(self, x):\n    return torch.linear(x, self.weight, self.bias)\n");
-  return m;
-}
-
-Module Composite(const CU& cu, const std::string& type,
-                 const std::vector<std::pair<std::string, Module>>& children,
-                 const std::string& forward_source) {
-  Module m = NewModule(cu, type);
-  for (const auto& [name, child] : children) m.register_module(name, child);
-  m.define(forward_source);
-  return m;
-}
-
-// A numbered container (torchvision's nn.Sequential): children "0", "1", ...
-Module Sequential(const CU& cu, const std::vector<Module>& children) {
-  std::vector<std::pair<std::string, Module>> named;
-  std::string src = "def forward(self, x):\n";
-  for (size_t i = 0; i < children.size(); ++i) {
-    named.emplace_back(std::to_string(i), children[i]);
-    src += "    x = getattr(self, \"" + std::to_string(i) + "\").forward(x)\n";
-  }
-  src += "    return x\n";
-  return Composite(cu, "Sequential", named, src);
-}
-
-// ---- the built-in models ----------------------------------------------------
-
-Module Mlp(const CU& cu, const ModelSpec& s) {
-  const int64_t in = s.channels * s.height * s.width;
-  return Composite(cu, "MLP",
-                   {{"fc1", Linear(cu, in, 512)}, {"fc2", Linear(cu, 512, 256)},
-                    {"fc", Linear(cu, 256, s.classes)}},
-                   R"(
-def forward(self, x):
-    x = torch.flatten(x, 1)
-    x = torch.relu(self.fc1.forward(x))
-    x = torch.relu(self.fc2.forward(x))
-    return self.fc.forward(x)
-)");
-}
-
-// Three conv-BN-ReLU stages (32, 64, 128 channels, 2x2 max pooling between
-// them), an adaptive 2x2 average pool and one linear layer: about 0.1 M
-// parameters and 8 M multiply-adds per 28x28 sample.
-Module Cnn(const CU& cu, const ModelSpec& s) {
-  return Composite(cu, "CNN",
-                   {{"conv1", Conv(cu, s.channels, 32, 3, 1, 1, false)},
-                    {"bn1", BatchNorm(cu, 32)},
-                    {"conv2", Conv(cu, 32, 64, 3, 1, 1, false)},
-                    {"bn2", BatchNorm(cu, 64)},
-                    {"conv3", Conv(cu, 64, 128, 3, 1, 1, false)},
-                    {"bn3", BatchNorm(cu, 128)},
-                    {"fc", Linear(cu, 128 * 4, s.classes)}},
-                   R"(
-def forward(self, x):
-    x = torch.relu(self.bn1.forward(self.conv1.forward(x)))
-    x = torch.max_pool2d(x, [2, 2], [2, 2], [0, 0], [1, 1], False)
-    x = torch.relu(self.bn2.forward(self.conv2.forward(x)))
-    x = torch.max_pool2d(x, [2, 2], [2, 2], [0, 0], [1, 1], False)
-    x = torch.relu(self.bn3.forward(self.conv3.forward(x)))
-    x = torch.adaptive_avg_pool2d(x, [2, 2])
-    x = torch.flatten(x, 1)
-    return self.fc.forward(x)
-)");
-}
-
-// torchvision.models.resnet: BasicBlock (expansion 1) and Bottleneck
-// (expansion 4, stride on the 3x3 conv as in torchvision >= 0.6).
-Module ResBlock(const CU& cu, bool bottleneck, int64_t inplanes, int64_t planes, int64_t stride) {
-  const int64_t expansion = bottleneck ? 4 : 1;
-  std::vector<std::pair<std::string, Module>> c;
-  std::string src = "def forward(self, x):\n";
-  if (bottleneck) {
-    c = {{"conv1", Conv(cu, inplanes, planes, 1, 1, 0, false)}, {"bn1", BatchNorm(cu, planes)},
-         {"conv2", Conv(cu, planes, planes, 3, stride, 1, false)}, {"bn2", BatchNorm(cu, planes)},
-         {"conv3", Conv(cu, planes, planes * 4, 1, 1, 0, false)},
-         {"bn3", BatchNorm(cu, planes * 4)}};
-    src +=
-        "    out = torch.relu(self.bn1.forward(self.conv1.forward(x)))\n"
-        "    out = torch.relu(self.bn2.forward(self.conv2.forward(out)))\n"
-        "    out = self.bn3.forward(self.conv3.forward(out))\n";
-  } else {
-    c = {{"conv1", Conv(cu, inplanes, planes, 3, stride, 1, false)},
-         {"bn1", BatchNorm(cu, planes)},
-         {"conv2", Conv(cu, planes, planes, 3, 1, 1, false)},
-         {"bn2", BatchNorm(cu, planes)}};
-    src +=
-        "    out = torch.relu(self.bn1.forward(self.conv1.forward(x)))\n"
-        "    out = self.bn2.forward(self.conv2.forward(out))\n";
-  }
-  if (stride != 1 || inplanes != planes * expansion) {
-    c.emplace_back("downsample",
-                   Sequential(cu, {Conv(cu, inplanes, planes * expansion, 1, stride, 0, false),
-                                   BatchNorm(cu, planes * expansion)}));
-    src += "    return torch.relu(out + self.downsample.forward(x))\n";
-  } else {
-    src += "    return torch.relu(out + x)\n";
-  }
-  return Composite(cu, bottleneck ? "Bottleneck" : "BasicBlock", c, src);
-}
-
-Module ResNet(const CU& cu, const ModelSpec& s, bool bottleneck, const std::vector<int>& layers) {
-  const int64_t expansion = bottleneck ? 4 : 1;
-  std::vector<std::pair<std::string, Module>> c = {
-      {"conv1", Conv(cu, s.channels, 64, 7, 2, 3, false)}, {"bn1", BatchNorm(cu, 64)}};
-  int64_t inplanes = 64;
-  for (int stage = 0; stage < 4; ++stage) {
-    const int64_t planes = int64_t{64} << stage;
-    std::vector<Module> blocks;
-    for (int b = 0; b < layers[stage]; ++b) {
-      const int64_t stride = (stage > 0 && b == 0) ? 2 : 1;
-      blocks.push_back(ResBlock(cu, bottleneck, inplanes, planes, stride));
-      inplanes = planes * expansion;
-    }
-    c.emplace_back("layer" + std::to_string(stage + 1), Sequential(cu, blocks));
-  }
-  c.emplace_back("fc", Linear(cu, 512 * expansion, s.classes));
-  return Composite(cu, "ResNet", c, R"(
-def forward(self, x):
-    x = torch.relu(self.bn1.forward(self.conv1.forward(x)))
-    x = torch.max_pool2d(x, [3, 3], [2, 2], [1, 1], [1, 1], False)
-    x = self.layer1.forward(x)
-    x = self.layer2.forward(x)
-    x = self.layer3.forward(x)
-    x = self.layer4.forward(x)
-    x = torch.adaptive_avg_pool2d(x, [1, 1])
-    x = torch.flatten(x, 1)
-    return self.fc.forward(x)
-)");
 }
 
 Module Submodule(const Module& root, const std::string& dotted) {
@@ -207,6 +35,41 @@ Module Submodule(const Module& root, const std::string& dotted) {
     pos = dot + 1;
   }
   return m;
+}
+
+// Makes every parameter and buffer of `script` the tensor of the same name
+// in `eager` (same shape), so that the TorchScript twin of a built-in model
+// saves, loads, moves and freezes what the eager module trains.
+// InvalidArgument when the two forms' names or shapes differ (a bug).
+Status ShareTensors(torch::nn::Module& eager, Module* script) {
+  auto params = eager.named_parameters(true);
+  auto buffers = eager.named_buffers(true);
+  size_t shared = 0;
+  auto share = [&](const std::string& name, bool buffer) -> Status {
+    const torch::Tensor* t = buffer ? buffers.find(name) : params.find(name);
+    const size_t dot = name.rfind('.');
+    Module owner = dot == std::string::npos ? *script : Submodule(*script, name.substr(0, dot));
+    const std::string leaf = dot == std::string::npos ? name : name.substr(dot + 1);
+    if (t == nullptr || t->sizes() != owner.attr(leaf).toTensor().sizes())
+      return Status::InvalidArgument("built-in model: the TorchScript twin's " + name +
+                                     " has no eager counterpart of its shape");
+    if (buffer) {
+      owner.register_buffer(leaf, *t);
+    } else {
+      owner.register_parameter(leaf, *t, false);
+    }
+    ++shared;
+    return Status::OK();
+  };
+  std::vector<std::string> names;
+  for (const auto& p : script->named_parameters(true)) names.push_back(p.name);
+  for (const auto& n : names) KILN_RETURN_IF_ERROR(share(n, false));
+  names.clear();
+  for (const auto& b : script->named_buffers(true)) names.push_back(b.name);
+  for (const auto& n : names) KILN_RETURN_IF_ERROR(share(n, true));
+  if (shared != params.size() + buffers.size())
+    return Status::InvalidArgument("built-in model: the eager module has tensors its twin lacks");
+  return Status::OK();
 }
 
 // `name` is `prefix`, or inside it (prefix "layer1" matches "layer1.0.conv1.weight",
@@ -303,26 +166,18 @@ Status Model::Build(const ModelSpec& spec, Model* out) {
   if (spec.channels <= 0 || spec.height <= 0 || spec.width <= 0 || spec.classes <= 0)
     return Status::InvalidArgument("model " + spec.name + ": the cache's records are not images " +
                                    "of shape [C, H, W] with at least one class");
+  if (!builtin::Known(spec.name)) {
+    std::string all;
+    for (const auto& n : BuiltinModelNames()) all += (all.empty() ? "" : ", ") + n;
+    return Status::InvalidArgument("unknown model '" + spec.name + "' (built in: " + all +
+                                   "; or give a TorchScript file ending in .pt)");
+  }
   torch::manual_seed(spec.seed);
   torch::NoGradGuard no_grad;
-  auto cu = std::make_shared<torch::jit::CompilationUnit>();
   try {
-    if (spec.name == "mlp") {
-      out->module_ = Mlp(cu, spec);
-    } else if (spec.name == "cnn") {
-      out->module_ = Cnn(cu, spec);
-    } else if (spec.name == "resnet18") {
-      out->module_ = ResNet(cu, spec, false, {2, 2, 2, 2});
-    } else if (spec.name == "resnet34") {
-      out->module_ = ResNet(cu, spec, false, {3, 4, 6, 3});
-    } else if (spec.name == "resnet50") {
-      out->module_ = ResNet(cu, spec, true, {3, 4, 6, 3});
-    } else {
-      std::string all;
-      for (const auto& n : BuiltinModelNames()) all += (all.empty() ? "" : ", ") + n;
-      return Status::InvalidArgument("unknown model '" + spec.name + "' (built in: " + all +
-                                     "; or give a TorchScript file ending in .pt)");
-    }
+    out->eager_ = builtin::MakeEager(spec);
+    out->module_ = builtin::MakeScript(spec);
+    KILN_RETURN_IF_ERROR(ShareTensors(*out->eager_.ptr(), &out->module_));
   } catch (const c10::Error& e) {
     return Status::InvalidArgument("model " + spec.name + " could not be built: " +
                                    e.what_without_backtrace());
@@ -343,6 +198,7 @@ Status Model::Load(const std::string& path, Model* out) {
                            "); save one from Python with torch.jit.script(model).save(path)");
   }
   for (const auto& p : out->module_.parameters(true)) p.requires_grad_(true);
+  out->eager_ = torch::nn::AnyModule();
   out->module_.train(true);
   out->training_ = true;
   out->frozen_bn_.clear();
@@ -351,6 +207,12 @@ Status Model::Load(const std::string& path, Model* out) {
 }
 
 torch::Tensor Model::Forward(const torch::Tensor& x) {
+  if (eager()) return eager_.forward(x);
+  // Under grad mode, the profiling graph executor would differentiate the
+  // graph itself (autodiff subgraphs); without its optimizations each op
+  // runs as in eager mode, with autograd's kernels.
+  torch::jit::GraphOptimizerEnabledGuard optimize(torch::jit::getGraphExecutorOptimize() &&
+                                                  !torch::GradMode::is_enabled());
   c10::IValue y = module_.forward({x});
   if (y.isTuple()) return y.toTuple()->elements().at(0).toTensor();  // e.g. (logits, aux)
   return y.toTensor();
@@ -358,12 +220,21 @@ torch::Tensor Model::Forward(const torch::Tensor& x) {
 
 void Model::SetTraining(bool on) {
   module_.train(on);
+  if (eager()) eager_.ptr()->train(on);
   training_ = on;
-  if (on)
-    for (const auto& name : frozen_bn_) Submodule(module_, name).train(false);
+  if (!on || frozen_bn_.empty()) return;
+  for (const auto& name : frozen_bn_) Submodule(module_, name).train(false);
+  if (eager()) {
+    auto modules = eager_.ptr()->named_modules();
+    for (const auto& name : frozen_bn_) modules[name]->train(false);
+  }
 }
 
-void Model::To(const torch::Device& device) { module_.to(device); }
+// Both forms move their tensors in place (set_data), so they stay shared.
+void Model::To(const torch::Device& device) {
+  if (eager()) eager_.ptr()->to(device);
+  module_.to(device);
+}
 
 torch::Device Model::device() const {
   for (const auto& p : module_.parameters(true)) return p.device();
@@ -383,11 +254,6 @@ void Model::FindHead() {
   }
 }
 
-int64_t Model::head_outputs() const {
-  if (head_.empty()) return -1;
-  return Submodule(module_, head_).attr("weight").toTensor().size(0);
-}
-
 Status Model::ReplaceHead(int64_t classes, uint64_t seed) {
   if (head_.empty())
     return Status::InvalidArgument(
@@ -397,9 +263,12 @@ Status Model::ReplaceHead(int64_t classes, uint64_t seed) {
   torch::manual_seed(seed ^ 0x6865616400000000ULL);
   torch::NoGradGuard no_grad;
   auto [w, b] = LinearInit(old_w.size(1), classes);
-  head.setattr("weight", w.to(old_w.device()).requires_grad_());
-  if (head.hasattr("bias") && head.attr("bias").isTensor())
-    head.setattr("bias", b.to(old_w.device()).requires_grad_());
+  // In place (set_data): a built-in model's eager module holds the same tensors.
+  old_w.set_data(w.to(old_w.device()));
+  if (head.hasattr("bias") && head.attr("bias").isTensor()) {
+    torch::Tensor old_b = head.attr("bias").toTensor();
+    if (old_b.defined()) old_b.set_data(b.to(old_b.device()));
+  }
   return Status::OK();
 }
 
@@ -500,7 +369,7 @@ Status Model::Probe(const std::vector<int64_t>& sample, double* macs, int64_t* o
   std::vector<int64_t> shape = {1};
   shape.insert(shape.end(), sample.begin(), sample.end());
   const bool was_training = training_;
-  module_.train(false);
+  SetTraining(false);
   Status st;
   g_macs = 0;
   g_depth = 0;
@@ -531,6 +400,29 @@ Status Model::Save(const std::string& path) {
   std::filesystem::rename(tmp, path, ec);
   if (ec) return Status::IOError(path + ": " + ec.message());
   return Status::OK();
+}
+
+Status Model::SaveStateDict(const std::string& path) const {
+  c10::Dict<std::string, torch::Tensor> dict;
+  torch::NoGradGuard no_grad;
+  // PyTorch's state_dict order: module by module, its parameters, then its buffers.
+  for (const auto& m : module_.named_modules()) {
+    const std::string prefix = m.name.empty() ? "" : m.name + ".";
+    for (const auto& p : m.value.named_parameters(false))
+      dict.insert(prefix + p.name, p.value.detach().to(torch::kCPU));
+    for (const auto& b : m.value.named_buffers(false))
+      dict.insert(prefix + b.name, b.value.detach().to(torch::kCPU));
+  }
+  std::vector<char> bytes;
+  try {
+    bytes = torch::pickle_save(c10::IValue(dict));
+  } catch (const c10::Error& e) {
+    return Status::IOError(path + ": cannot write the state_dict: " + e.what_without_backtrace());
+  }
+  const std::filesystem::path p(path);
+  const std::string name = p.filename().string();
+  return WriteFileAtomic(p.has_parent_path() ? p.parent_path().string() : ".", name, name + ".tmp",
+                         std::string(bytes.begin(), bytes.end()));
 }
 
 Status CheckSameDevice(const Model& model, const torch::Tensor& inputs) {

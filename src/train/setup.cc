@@ -67,6 +67,9 @@ Status Trainer::Setup() {
        << "), " << torch::get_num_interop_threads() << " inter-op; " << o_.workers
        << " loader workers; OpenMP waits: OMP_WAIT_POLICY="
        << (std::getenv("OMP_WAIT_POLICY") ? std::getenv("OMP_WAIT_POLICY") : "unset (spinning)")
+       << "; malloc: GLIBC_TUNABLES="
+       << (std::getenv("GLIBC_TUNABLES") ? std::getenv("GLIBC_TUNABLES")
+                                         : "unset (glibc's defaults)")
        << "\n";
   KILN_RETURN_IF_ERROR(ResolvePrecision(o_.precision, device_, &precision_, &precision_why_));
   LossScalerOptions so;

@@ -386,6 +386,11 @@ Status Trainer::Run(TrainResult* result) {
     KILN_RETURN_IF_ERROR(model_.Save(o_.export_path));
     out_ << "export " << o_.export_path << " (TorchScript, eval mode; torch.jit.load it)\n";
   }
+  if (!o_.export_state_dict.empty() && lead()) {
+    KILN_RETURN_IF_ERROR(model_.SaveStateDict(o_.export_state_dict));
+    out_ << "export " << o_.export_state_dict
+         << " (state_dict: model.load_state_dict(torch.load(path)))\n";
+  }
   return Status::OK();
 }
 

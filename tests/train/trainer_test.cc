@@ -498,3 +498,21 @@ def forward(self, x):
   CHECK(a == b);  // bit for bit
   CHECK(a != c);  // the seed does decide the dropout masks (and the order)
 }
+
+TEST_CASE("kiln train runs with passive OpenMP waits and malloc keeping freed memory", "[train]") {
+  // tools/command.h's TorchEnvironment, set by `kiln train` before kiln-train
+  // starts (glibc reads GLIBC_TUNABLES at start-up); the cpu line says so. A
+  // setting of the user's own wins.
+  TempDir dir;
+  WriteTestCache(dir / "data", 64, DType::kFloat16, MakeShape({1, 8, 8}), 4);
+  const std::string cmd = std::string(KILN_BIN) + " train --data " + (dir / "data") +
+                          " --model mlp --max-steps 1 --batch-size 16 --log-every 0 2>&1";
+  std::string out;
+  REQUIRE(RunCommand("env -u OMP_WAIT_POLICY -u GLIBC_TUNABLES " + cmd, &out) == 0);
+  INFO(out);
+  CHECK(out.find("OMP_WAIT_POLICY=PASSIVE") != std::string::npos);
+  CHECK(out.find("GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:"
+                 "glibc.malloc.trim_threshold=1099511627776") != std::string::npos);
+  REQUIRE(RunCommand("env GLIBC_TUNABLES=glibc.malloc.arena_max=2 " + cmd, &out) == 0);
+  CHECK(out.find("GLIBC_TUNABLES=glibc.malloc.arena_max=2\n") != std::string::npos);
+}

@@ -1,16 +1,20 @@
-// Models for kiln train: a TorchScript module, whether built in or loaded.
+// Models for kiln train: a built-in model or a TorchScript file.
 //
-// Every model is a torch::jit::Module. The built-in ones (mlp, cnn,
-// resnet18/34/50) are assembled from TorchScript source at run time with
-// torchvision's layer names and shapes (conv1, bn1, layer1.0.conv1, ...,
-// fc), so torchvision weights map onto them by name, and --export is a plain
-// Module::save. A user's TorchScript file (--model FILE.pt) goes through the
-// same code: head replacement, freezing, init, checkpoints, export.
+// The built-in ones (mlp, cnn, resnet18/34/50) are LibTorch modules run
+// eagerly (torch::nn, src/train/builtin_models.cc), with torchvision's
+// layer names and shapes (conv1, bn1, layer1.0.conv1, ..., fc), so
+// torchvision weights map onto them by name. Each has a TorchScript twin
+// that shares its tensors: module() is that twin, and --export, --save and
+// the checkpoints write it, so Python loads them with torch.jit.load. A
+// user's TorchScript file (--model FILE.pt) is module() itself and runs in
+// the TorchScript interpreter. Head replacement, freezing, init,
+// checkpoints and export are one code for both, over module()'s names.
 //
 // Thread-safety: a Model is used from one thread.
 #ifndef KILN_TRAIN_MODEL_H_
 #define KILN_TRAIN_MODEL_H_
 
+#include <torch/nn/modules/container/any.h>
 #include <torch/script.h>
 
 #include <cstdint>
@@ -48,20 +52,28 @@ class Model {
   // A TorchScript file; IoError naming the file when it cannot be loaded.
   static Status Load(const std::string& path, Model* out);
 
+  // The TorchScript module: a user's file, or a built-in model's twin,
+  // whose parameters and buffers are the eager module's tensors.
   torch::jit::Module& module() { return module_; }
+  // True for a built-in model (run eagerly).
+  bool eager() const { return !eager_.is_empty(); }
+  // The model's forward pass: the eager module for a built-in model, else
+  // the TorchScript interpreter. A TorchScript model's forward under grad
+  // mode runs with the graph executor's optimizations off: they replace
+  // autograd's backward kernels with the JIT's own formulas (ReLU's
+  // backward as gt, type_as and mul, for one), which made resnet18's
+  // training step 1.4x slower under bf16 autocast and 1.1x under fp32.
   torch::Tensor Forward(const torch::Tensor& x);
 
   // train(on) for the whole module, but BatchNorm layers whose parameters
   // are all frozen stay in eval mode.
   void SetTraining(bool on);
-  bool training() const { return training_; }
   void To(const torch::Device& device);
   torch::Device device() const;
 
   // The final classifier: the last submodule with a 2-D `weight` and a
   // matching 1-D `bias` (for example "fc"). Empty when none.
   const std::string& head() const { return head_; }
-  int64_t head_outputs() const;
   // Gives the head `classes` outputs, freshly initialized (seeded).
   Status ReplaceHead(int64_t classes, uint64_t seed);
 
@@ -89,10 +101,16 @@ class Model {
 
   // TorchScript file (model in eval mode as saved state; training flag kept).
   Status Save(const std::string& path);
+  // The parameters and buffers by name, as a file that Python's torch.load
+  // reads as a dict of CPU tensors: a state_dict, which for a built-in model
+  // torchvision's model of the same name and classes loads as it is
+  // (torchvision.models.resnet18(num_classes=N).load_state_dict(...)).
+  Status SaveStateDict(const std::string& path) const;
 
  private:
   void FindHead();
   torch::jit::Module module_{"__torch__.kiln.Empty"};
+  torch::nn::AnyModule eager_;  // a built-in model; empty for a TorchScript file
   std::string head_;
   bool training_ = true;
   std::vector<std::string> frozen_bn_;  // submodules kept in eval mode

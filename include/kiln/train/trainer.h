@@ -99,6 +99,8 @@ struct TrainOptions {
                                     // model, data order, augmentation and optimizer options
                                     // (its state.json lists them; others are refused)
   std::string export_path;          // TorchScript file of the trained model; "" = none
+  std::string export_state_dict;    // its parameters and buffers for Python's torch.load
+                                    // (Model::SaveStateDict); "" = none
   std::ostream* log = nullptr;      // human-readable lines; nullptr = std::cout
 };
 
