@@ -289,7 +289,7 @@ TEST_CASE("slots are reused with no allocation after warm-up", "[loader]") {
   for (size_t k = 0; k < seen.size(); ++k) CHECK(seen[k] == static_cast<int>(k % 3));
 }
 
-TEST_CASE("a damaged record fails the batch naming it; the loader goes on after", "[loader]") {
+TEST_CASE("a damaged record fails the batch naming it, and the loader goes on after", "[loader]") {
   TempDir dir;
   WriteTestCache(dir.path(), 60, DType::kUint8, MakeShape({64}));
   const std::string shard = dir / "shard-00000.mdb";

@@ -35,7 +35,7 @@ TEST_CASE("manifests of earlier kilns read back and write out identical", "[mani
   CHECK(p.mean.size() == 1);
 }
 
-TEST_CASE("a partial recipe keeps its bytes; a complete one its unknown keys", "[manifest]") {
+TEST_CASE("a partial recipe keeps its bytes, and a complete one its unknown keys", "[manifest]") {
   Preprocessing p;
   REQUIRE(Preprocessing::FromJson(R"({"std": [0.5], "mean": [0.25], "x": 1})", "t", &p).ok());
   CHECK_FALSE(p.complete);

@@ -206,7 +206,7 @@ class KernelCounting final : public PageAdvisor {
   std::atomic<uint64_t>* asked_;
 };
 
-TEST_CASE("eviction without root empties the page cache; only a cold epoch is read ahead",
+TEST_CASE("eviction without root empties the page cache, and only a cold epoch is read ahead",
           "[loader]") {
   TempDir dir;
   if (OnTmpfs(dir.path())) {

@@ -288,7 +288,7 @@ TEST_CASE("bad inputs are skipped and listed, strict fails naming the first", "[
 }
 
 TEST_CASE(
-    "a forced rebuild discards only under the directory lock; a damaged unfinished build says "
+    "a forced rebuild discards only under the directory lock, and a damaged unfinished build says "
     "--force",
     "[build]") {
   TempDir src, out;
@@ -341,7 +341,7 @@ TEST_CASE(
   u.force = true;
   const Built fresh = Build(u);
   REQUIRE(fresh.status.ToString() == "OK");
-  CHECK_THAT(fresh.log, Catch::Contains("starting over"));
+  CHECK_THAT(fresh.log, Catch::Contains("rebuilding from scratch (--force)"));
   CHECK(Problems(unfinished.path()) == "");
 }
 

@@ -171,7 +171,7 @@ TEST_CASE("list files and CSV", "[sources]") {
   }
 }
 
-TEST_CASE("ListSources picks the layout; the digest follows path, label, size and mtime",
+TEST_CASE("ListSources picks the layout, and the digest follows path, label, size and mtime",
           "[sources]") {
   TempDir dir;
   fs::create_directories(dir / "src/a");

@@ -85,7 +85,7 @@ TEST_CASE("kiln build: flags into options, its summary, up to date, stale exits 
                             " checksummed in " + kDuration + " \\(" + kBytes + "/s\\)"));
 }
 
-TEST_CASE("kiln build names the first rejected input; under --strict it exits 1", "[cli]") {
+TEST_CASE("kiln build names the first rejected input, and under --strict it exits 1", "[cli]") {
   TempDir src, out, strict_out;
   fs::create_directories(src / "a");
   fs::copy_file(kPhotos + "/chelsea.jpg", src / "a/good.jpg");
@@ -138,7 +138,7 @@ TEST_CASE("kiln build: usage and environment errors exit 2", "[cli]") {
   }
 }
 
-TEST_CASE("kiln build takes its part from the launcher's environment; kiln merge joins them",
+TEST_CASE("kiln build takes its part from the launcher's environment, and kiln merge joins them",
           "[cli]") {
   TempDir parts;
   const std::string opts = " --channels 1 --val-fraction 0.2 --progress none";
@@ -332,8 +332,9 @@ class ReadOnlyDir {
 };
 }  // namespace
 
-TEST_CASE("a cache on a read-only directory verifies, inspects, loads and trains; readers share it",
-          "[cli][read-only]") {
+TEST_CASE(
+    "a cache on a read-only directory verifies, inspects, loads and trains, and readers share it",
+    "[cli][read-only]") {
   TempDir dir;
   std::string log;
   // Without the LMDB lock files a reader would create: a copy made for a read-only place.

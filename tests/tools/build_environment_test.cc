@@ -170,7 +170,7 @@ TEST_CASE("a symbolic link loop and an unreadable folder skip only themselves", 
   t.CheckSameAsFresh();
 }
 
-TEST_CASE("OUT inside SRC is not listed as a source; OUT = SRC is refused", "[cli]") {
+TEST_CASE("OUT inside SRC is not listed as a source, and OUT = SRC is refused", "[cli]") {
   TempDir dir;
   const std::string src = dir / "src";
   CopyPhoto("chelsea.jpg", src + "/a/1.jpg");

@@ -118,7 +118,7 @@ TEST_CASE("Ctrl-C saves a checkpoint before exiting, and --resume finishes the r
   CHECK(r.steps == saved + 3);
 }
 
-TEST_CASE("a --save DIR/ saves beside DIR; a --save that cannot work fails before training",
+TEST_CASE("a --save DIR/ saves beside DIR, and a --save that cannot work fails before training",
           "[train]") {
   namespace fs = std::filesystem;
   TempDir dir;

@@ -386,7 +386,8 @@ class FailingCopier final : public train::internal::DeviceCopier {
 };
 }  // namespace
 
-TEST_CASE("a failed batch leaves no slot held; memory exhaustion is thrown, not hidden", "[train]") {
+TEST_CASE("a failed batch leaves no slot held, and memory exhaustion is thrown, not hidden",
+          "[train]") {
   TempDir dir;
   WriteTestCache(dir.path(), 40, DType::kFloat16, MakeShape({2, 4, 4}));
   train::TensorLoaderOptions o;
