@@ -308,11 +308,8 @@ class Walker {
       if (walk_ != LmdbWalk::kFull) continue;
       uint8_t head[kPageHeader];
       KILN_RETURN_IF_ERROR(ReadPage(first, kPageHeader, head));
-      if (Load<uint64_t>(head) != first || (Load<uint16_t>(head + 10) & kPageTypes) != kOverflow ||
-          Load<uint32_t>(head + 12) < count)
-        return DamagedPage(first, "not the overflow page of " + std::to_string(count) +
-                                      " pages that " + value.ToString() + " of " +
-                                      std::to_string(dsize) + " bytes needs");
+      const std::string wrong = OverflowHeaderProblem(head, first, dsize, psize_);
+      if (!wrong.empty()) return DamagedPage(first, wrong + " (" + value.ToString() + ")");
     }
     return Status::OK();
   }
@@ -341,6 +338,16 @@ Status CheckLmdbFile(const std::string& path, uint64_t file_bytes, LmdbWalk walk
   Status s = walker.Run(out);
   close(fd);
   return s;
+}
+
+std::string OverflowHeaderProblem(const uint8_t* header, uint64_t pgno, uint64_t value_bytes,
+                                  uint64_t page_size) {
+  const uint64_t count = (kPageHeader - 1 + value_bytes) / page_size + 1;  // OVPAGES
+  if (Load<uint64_t>(header) == pgno && (Load<uint16_t>(header + 10) & kPageTypes) == kOverflow &&
+      Load<uint32_t>(header + 12) >= count)
+    return "";
+  return "not the overflow page of " + std::to_string(count) + " pages that a value of " +
+         std::to_string(value_bytes) + " bytes needs";
 }
 
 }  // namespace kiln

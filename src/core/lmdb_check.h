@@ -37,7 +37,9 @@ enum class LmdbWalk {
   kTree,
   // kTree, and the header of every overflow value's first page read and
   // checked (page number, type, page count): one more small read per
-  // record. kiln verify.
+  // record. Its tests; kiln verify walks kTree and checks the same headers
+  // with OverflowHeaderProblem where its sequential pass reads the values
+  // (the pages are read then anyway: no random read per record when cold).
   kFull,
 };
 
@@ -61,6 +63,15 @@ struct LmdbFileSummary {
 // Corruption naming the file and the page, IOError if it cannot be read.
 Status CheckLmdbFile(const std::string& path, uint64_t file_bytes, LmdbWalk walk,
                      LmdbFileSummary* out);
+
+// The header of an overflow value's first page, `header` (its first 16
+// bytes), for page `pgno` holding a value of `value_bytes` in a file of
+// `page_size`-byte pages: "" when it is the overflow page LMDB wrote (its page
+// number, its type, at least the pages the value needs), else what is wrong,
+// e.g. "not the overflow page of 2 pages that a value of 6160 bytes needs".
+// LMDB reads a value without looking at this header (only kiln verify asks).
+std::string OverflowHeaderProblem(const uint8_t* header, uint64_t pgno, uint64_t value_bytes,
+                                  uint64_t page_size);
 
 }  // namespace kiln
 

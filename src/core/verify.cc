@@ -25,8 +25,10 @@ namespace kiln {
 
 const char* VerifyLevelName(VerifyLevel level) {
   switch (level) {
-    case VerifyLevel::kQuick: return "quick";
-    case VerifyLevel::kFull: return "full";
+    case VerifyLevel::kQuick:
+      return "quick";
+    case VerifyLevel::kFull:
+      return "full";
   }
   return "?";
 }
@@ -38,8 +40,7 @@ Status ParseVerifyLevel(const std::string& name, VerifyLevel* out) {
       return Status::OK();
     }
   }
-  return Status::InvalidArgument("unknown verify level '" + name +
-                                 "' (expected quick or full)");
+  return Status::InvalidArgument("unknown verify level '" + name + "' (expected quick or full)");
 }
 
 namespace {
@@ -103,8 +104,9 @@ class Verifier {
     while (dirent* e = readdir(d)) {
       std::string name = e->d_name;
       if (IsShardFile(name) && !listed.count(name))
-        Problem(Kind::kShardFile, -1, name, "unexpected shard file not listed in the manifest (left from another "
-                          "build, or the manifest was edited)");
+        Problem(Kind::kShardFile, -1, name,
+                "unexpected shard file not listed in the manifest (left from another "
+                "build, or the manifest was edited)");
     }
     closedir(d);
   }
@@ -123,14 +125,17 @@ class Verifier {
     if (size != info.bytes) {
       Problem(size < info.bytes ? Kind::kShardFile : Kind::kShardMismatch, -1, info.file,
               "shard is " + std::to_string(size) + " bytes, manifest says " +
-                                 std::to_string(info.bytes) +
-                                 (size < info.bytes ? " (truncated)" : " (modified)"));
+                  std::to_string(info.bytes) +
+                  (size < info.bytes ? " (truncated)" : " (modified)"));
       if (size < info.bytes) return;  // reading a truncated map could fault
     }
     // LMDB trusts its pages: a damaged one would crash this process, so the
-    // file's structure is proven first (core/lmdb_check.h).
+    // file's structure is proven first (core/lmdb_check.h). The headers of
+    // the overflow values' first pages, which LMDB does not read, are checked
+    // below where the pass reaches each value: a walk that read them would
+    // cost a random read per record of a cold shard.
     LmdbFileSummary structure;
-    s = CheckLmdbFile(path, size, LmdbWalk::kFull, &structure);
+    s = CheckLmdbFile(path, size, LmdbWalk::kTree, &structure);
     if (!s.ok()) {
       Problem(Kind::kShardFile, -1, info.file,
               s.message() + "; its records" +
@@ -188,6 +193,7 @@ class Verifier {
       expect = idx + 1;
       const uint8_t* value = static_cast<const uint8_t*>(v.mv_data);
       if (full) ahead.Reached(value);
+      CheckOverflowHeader(info, path, env, structure.page_size, idx, value, v.mv_size);
       const size_t before = block.size();
       CheckHeader(info, idx, value, v.mv_size, &block);
       if (block.size() > before) {
@@ -206,8 +212,9 @@ class Verifier {
     if (!s.ok()) Problem(Kind::kShardFile, -1, info.file, "cannot read shard: " + s.message());
     Missing(info, expect, end);
     if (found != info.count)
-      Problem(Kind::kShardMismatch, -1, info.file, "shard holds " + std::to_string(found) + " records, manifest says " +
-                                 std::to_string(info.count));
+      Problem(Kind::kShardMismatch, -1, info.file,
+              "shard holds " + std::to_string(found) + " records, manifest says " +
+                  std::to_string(info.count));
     rep_->records_checked += found;
     if (full) {
       ShardDigest digest;
@@ -270,13 +277,30 @@ class Verifier {
     slots->push_back({idx, value, size, h.checksum});
   }
 
+  // An overflow value (one that starts 16 bytes into a page: a value inside
+  // a leaf page never does) must sit behind its overflow page's header. The
+  // page is being read for the value anyway.
+  void CheckOverflowHeader(const ShardInfo& info, const std::string& path, const LmdbEnv& env,
+                           uint64_t page_size, uint64_t idx, const uint8_t* value, size_t size) {
+    if (env.map() == nullptr || page_size == 0 || value < env.map() + 16) return;
+    const uint64_t offset = static_cast<uint64_t>(value - env.map()) - 16;
+    if (offset % page_size != 0) return;
+    const std::string wrong =
+        OverflowHeaderProblem(value - 16, offset / page_size, size, page_size);
+    if (!wrong.empty())
+      Problem(Kind::kShardFile, static_cast<int64_t>(idx), info.file,
+              path + ": LMDB structure damaged: page " + std::to_string(offset / page_size) + ": " +
+                  wrong + " (record " + std::to_string(idx) + "'s value)");
+  }
+
   // Checksums (and NaN/Inf) of a block of records, in parallel.
   void CheckPayloads(const ShardInfo& info, const std::vector<Slot>& slots) {
     if (slots.empty()) return;
     auto work = [&] {
       tbb::parallel_for(tbb::blocked_range<size_t>(0, slots.size(), 16),
                         [&](const tbb::blocked_range<size_t>& r) {
-                          for (size_t i = r.begin(); i != r.end(); ++i) CheckPayload(info, slots[i]);
+                          for (size_t i = r.begin(); i != r.end(); ++i)
+                            CheckPayload(info, slots[i]);
                         });
     };
     if (opt_.threads > 0) {
@@ -327,10 +351,10 @@ Status VerifyCache(const std::string& dir, const VerifyOptions& options, VerifyR
   Verifier verifier(dir, options, report);
   verifier.Run();
   verifier.Report(report->records_checked, true);
-  std::stable_sort(report->problems.begin(), report->problems.end(),
-                   [](const VerifyProblem& a, const VerifyProblem& b) { return a.index < b.index; });
-  report->seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::stable_sort(
+      report->problems.begin(), report->problems.end(),
+      [](const VerifyProblem& a, const VerifyProblem& b) { return a.index < b.index; });
+  report->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return Status::OK();
 }
 
