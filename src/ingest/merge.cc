@@ -15,6 +15,7 @@
 #include "kiln/cache_reader.h"
 #include "kiln/cache_writer.h"
 #include "core/file.h"
+#include "core/page_cache.h"
 #include "kiln/ingest/build.h"
 #include "kiln/manifest.h"
 #include "kiln/verify.h"
@@ -73,8 +74,14 @@ Status Reindex(Part* p, uint64_t first, const std::string& tmp) {
   std::unique_ptr<CacheWriter> writer;
   KILN_RETURN_IF_ERROR(CacheWriter::Open(wo, tmp, &writer));
   auto txn = reader->BeginRead();
+  // Index order is file order: the bytes past each record are asked of the
+  // disk ahead of the copy, so a cold part is read sequentially.
+  SequentialReadAhead ahead;
   for (uint64_t i = 0; i < p->m.count; ++i) {
     RecordView v;
+    const uint8_t* value = nullptr;
+    uint64_t size = 0;
+    if (txn->Locate(p->m.first_index + i, &value, &size).ok()) ahead.Reached(value);
     KILN_RETURN_IF_ERROR(txn->Get(p->m.first_index + i, &v, /*verify_checksum=*/true));
     KILN_RETURN_IF_ERROR(writer->Append(first + i, v.label, v.data));
     txn->Reset();

@@ -18,7 +18,9 @@
 #include "core/fault_guard.h"
 #include "core/page_cache.h"
 #include "kiln/cache_reader.h"
+#include "kiln/duplicates.h"
 #include "kiln/loader.h"
+#include "kiln/verify.h"
 #include "loader_fixture.h"
 #include "test_skip.h"
 #include "test_util.h"
@@ -353,4 +355,49 @@ TEST_CASE("the fault guard turns a fault in its own thread into false, and only 
       &what));
   CHECK_FALSE(inner);
   munmap(map, 3 * 4096);
+}
+
+TEST_CASE("the duplicate scan and kiln verify ask the disk for every record ahead, in file order",
+          "[core]") {
+  TempDir dir;
+  const uint64_t n = 300;
+  // Two shards of 4 KB values (LMDB overflow values, as images are).
+  WriteTestCache(dir.path(), n, DType::kUint8, MakeShape({4096}), 10, 700 << 10);
+  std::unique_ptr<CacheReader> reader;
+  REQUIRE(CacheReader::Open(dir.path(), ReaderOptions(), &reader).ok());
+  REQUIRE(reader->manifest().shards.size() == 2);
+  // Every record's bytes lie in some range asked for.
+  auto uncovered = [&](const Requests& r) {
+    std::unique_ptr<ReadTxn> txn = reader->BeginRead();
+    uint64_t missed = 0;
+    for (uint64_t i = 0; i < n; ++i) {
+      const uint8_t* p = nullptr;
+      uint64_t size = 0;
+      REQUIRE(txn->Locate(i, &p, &size).ok());
+      bool in = false;
+      for (const auto& [at, len] : r.ranges) in = in || (p >= at && p + size <= at + len);
+      missed += in ? 0 : 1;
+    }
+    return missed;
+  };
+  SECTION("FingerprintCache") {
+    Requests r;
+    r.ranges.reserve(4 * n);
+    CountingScope scope(&r);
+    std::vector<RecordPrint> prints;
+    REQUIRE(FingerprintCache(*reader, 2, &prints).ok());
+    CHECK(r.calls.load() > 0);
+    CHECK(uncovered(r) == 0);
+  }
+  SECTION("VerifyCache, full level") {
+    Requests r;
+    r.ranges.reserve(4 * n);
+    CountingScope scope(&r);
+    VerifyOptions o;
+    o.threads = 2;
+    VerifyReport rep;
+    REQUIRE(VerifyCache(dir.path(), o, &rep).ok());
+    CHECK(rep.problems.empty());
+    CHECK(uncovered(r) == 0);
+  }
 }
