@@ -22,7 +22,7 @@
 #                  same caches (2 worker threads), torch.autocast("cpu", bfloat16) where kiln's
 #                  auto precision is bf16 (kiln.native_bf16()), kiln's thread count
 #                  (torch.set_num_threads(nproc)), and the process environment kiln train runs
-#                  in (tools/command.h: OMP_WAIT_POLICY=PASSIVE and glibc malloc's
+#                  in (kiln.train_environment(): OMP_WAIT_POLICY=PASSIVE and glibc malloc's
 #                  GLIBC_TUNABLES, each unless set)
 #       python-tuned-fp32  the same in fp32: kiln-fp32's peer
 #       python-tuned-noenv  python-tuned without kiln's environment (spinning OpenMP waits,
@@ -163,13 +163,18 @@ for s in "${want_sides[@]}"; do
     *) echo "unknown side $s (kiln, kiln-fp32, python-tuned, python-tuned-fp32, python-tuned-noenv, python, python-threads)" >&2; exit 2 ;;
   esac
 done
-# The process environment kiln train runs in (tools/command.h, TorchEnvironment; a
-# setting of the caller's own wins there as here).
-kiln_env=(OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
-          GLIBC_TUNABLES="${GLIBC_TUNABLES:-glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1099511627776}")
 # python-tuned's precision: what kiln train --precision auto picks on this CPU.
 auto_precision=$(PYTHONPATH=$pypath "$py" -c 'import kiln; print("bf16" if kiln.native_bf16() else "fp32")') \
   || { echo "cannot import kiln from $pypath (build the Python module, or set KILN_PYTHONPATH)" >&2; exit 2; }
+# The process environment kiln train runs in (kiln.train_environment(), from the C++ core's
+# TorchProcessEnvironment); a setting of the caller's own wins there as here.
+kiln_env=()
+while IFS='=' read -r name value; do
+  [ -n "${!name:-}" ] && value=${!name}
+  kiln_env+=("$name=$value")
+done < <(PYTHONPATH=$pypath "$py" -c 'import kiln
+for k, v in kiln.train_environment().items(): print("%s=%s" % (k, v))')
+[ ${#kiln_env[@]} -gt 0 ] || { echo "kiln.train_environment() gave nothing" >&2; exit 2; }
 need_fashion=0
 for m in "${want[@]}"; do
   case $m in parity|cnn) need_fashion=1 ;; resnet18) ;;

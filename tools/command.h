@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/launch_env.h"
 #include "kiln/status.h"
 #include "kiln/verify.h"
 
@@ -40,31 +41,10 @@ struct Command {
 };
 
 // The environment of the commands that run LibTorch, read when the process
-// starts (libgomp and glibc read it before main):
-//  * OMP_WAIT_POLICY=PASSIVE: LibTorch's OpenMP threads wait for work by
-//    sleeping, not by spinning. With the default (spinning) wait, two
-//    intra-op threads on a 2-core machine that other processes also use
-//    trained the benchmark CNN 2.5x slower than one thread (each spun
-//    through its time slice at every barrier while the other waited to be
-//    scheduled); with passive waits two threads were no slower than one
-//    there, and faster on an idle machine.
-//  * GLIBC_TUNABLES: glibc's malloc keeps the memory a training step frees
-//    for the next step. By default it hands freed blocks back to the kernel
-//    (blocks above its mmap threshold are unmapped, the top of the heap is
-//    trimmed), so every step's activations and gradients fault in fresh,
-//    zeroed pages: on the CPU that was the larger part of the step. Here
-//    blocks up to 32 MB (the largest mmap threshold glibc accepts) come from
-//    the heap, and the heap is never trimmed; larger ones are still mapped
-//    and unmapped. Measured (issue 26; 1 thread, bf16, thread CPU time per
-//    step): built-in cnn 28x28 batch 128 114 -> 64 ms, resnet18 64x64 batch
-//    128 847 -> 586 ms, resnet18 224x224 batch 32 5045 -> 1967 ms, peak RSS
-//    +2-7%. The price: the process keeps its peak heap until it exits.
+// starts (libgomp and glibc read it before main): core's
+// TorchProcessEnvironment (src/core/launch_env.h says why each variable).
 inline const std::vector<std::pair<std::string, std::string>>& TorchEnvironment() {
-  static const std::vector<std::pair<std::string, std::string>> env = {
-      {"OMP_WAIT_POLICY", "PASSIVE"},
-      {"GLIBC_TUNABLES",
-       "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1099511627776"}};
-  return env;
+  return TorchProcessEnvironment();
 }
 
 bool RegisterCommand(Command command);

@@ -42,7 +42,7 @@ except ImportError:  # the loader then yields numpy arrays
     torch = None
 
 __all__ = ["Cache", "Loader", "CorruptionError", "normalize", "raw_name", "native_bf16",
-           "verify", "__version__"]
+           "train_environment", "verify", "__version__"]
 __version__ = _kiln.__version__
 
 #: Raised for damaged or inconsistent cache data; the message names the
@@ -139,6 +139,20 @@ def raw_name(text):
     C++ rule. Ordinary names come back as their UTF-8 bytes; ``os.fsdecode``
     makes a str of them. Text kiln cannot have written raises ValueError."""
     return _kiln.unescape_name(text)
+
+
+def train_environment():
+    """The environment variables ``kiln train`` starts LibTorch in when they
+    are unset, as a dict: ``OMP_WAIT_POLICY=PASSIVE`` (OpenMP threads sleep
+    instead of spinning while they wait) and ``GLIBC_TUNABLES`` keeping
+    malloc's freed memory for the next step (on the CPU, faulting in fresh
+    pages was the larger part of a step). libgomp and glibc read them when
+    the process starts, so set them in the command that starts Python::
+
+        env $(python3 -c 'import kiln; print(" ".join(
+            "%s=%s" % kv for kv in kiln.train_environment().items()))') python3 train.py
+    """
+    return dict(_kiln.train_environment())
 
 
 def native_bf16():

@@ -36,4 +36,12 @@ Status ReadLaunchEnvironment(LaunchEnvironment* out) {
   return Status::OK();
 }
 
+const std::vector<std::pair<std::string, std::string>>& TorchProcessEnvironment() {
+  static const std::vector<std::pair<std::string, std::string>> env = {
+      {"OMP_WAIT_POLICY", "PASSIVE"},
+      {"GLIBC_TUNABLES",
+       "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1099511627776"}};
+  return env;
+}
+
 }  // namespace kiln

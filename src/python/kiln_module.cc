@@ -388,6 +388,15 @@ PYBIND11_MODULE(_kiln, m) {
       },
       py::arg("cache"), py::arg("options"),
       "The shape of one sample a Loader with these options yields from this cache");
+  m.def(
+      "train_environment",
+      [] {
+        py::dict d;
+        for (const auto& [name, value] : TorchProcessEnvironment()) d[py::str(name)] = value;
+        return d;
+      },
+      "The environment variables kiln train starts LibTorch in when they are unset "
+      "(OpenMP's passive waits, glibc malloc keeping freed memory)");
   m.def("cpu_has_native_bf16", &CpuHasNativeBf16,
         "Whether this CPU computes bf16 natively (AVX512-BF16 or AMX in /proc/cpuinfo)");
   m.def(

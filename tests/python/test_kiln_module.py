@@ -476,6 +476,31 @@ def check_native_bf16(tmp):
     assert kiln.native_bf16() == bool(flags & {"avx512_bf16", "amx_bf16"}), sorted(flags)
 
 
+def check_train_environment(tmp):
+    """train_environment() is the environment kiln train starts LibTorch in: its start-up
+    'cpu' line, with the caller's environment lacking both, names the same values."""
+    env = kiln.train_environment()
+    assert env.get("OMP_WAIT_POLICY") == "PASSIVE", env
+    assert "glibc.malloc.mmap_threshold=" in env.get("GLIBC_TUNABLES", ""), env
+    kiln_bin = os.environ.get("KILN_BIN")
+    if not kiln_bin:
+        print("  KILN_BIN not set: kiln train's side not checked: skipped")
+        sys.exit(SKIP)
+    help_text = subprocess.run([kiln_bin, "--help"], stdout=subprocess.PIPE, text=True).stdout
+    if "train" not in help_text:
+        print("  this kiln has no train (built without LibTorch): skipped")
+        sys.exit(SKIP)
+    child = {k: v for k, v in os.environ.items() if k not in env}
+    cache = synth(tmp, "f32", "float32")
+    p = subprocess.run([kiln_bin, "train", "--data", cache, "--model", "mlp", "--epochs", "1",
+                        "--max-steps", "1", "--batch-size", "8", "--no-verify"], env=child,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert p.returncode == 0, p.stdout
+    cpu = next((l for l in p.stdout.splitlines() if l.startswith("cpu")), "")
+    for name, value in env.items():
+        assert "%s=%s" % (name, value) in cpu, (name, value, cpu)
+
+
 CHECKS = {name[len("check_"):]: fn for name, fn in globals().items()
           if name.startswith("check_")}
 
