@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstdlib>
 
+#include "core/units.h"
 #include "trainer_internal.h"
 
 namespace kiln::train {
@@ -334,8 +335,8 @@ Status Trainer::Run(TrainResult* result) {
     }
     if (dist_) dist_->Barrier();
     const double share = es.seconds > 0 ? es.data_wait_seconds / es.seconds : 0;
-    out_ << "epoch " << es.epoch << "/" << o_.epochs << " done in " << Fixed(es.seconds, 1)
-         << " s: train loss " << Fixed(es.train_loss, 4) << ", acc " << Fixed(100 * es.train_acc, 2)
+    out_ << "epoch " << es.epoch << "/" << o_.epochs << " done in " << FormatDuration(es.seconds)
+         << ": train loss " << Fixed(es.train_loss, 4) << ", acc " << Fixed(100 * es.train_acc, 2)
          << "%";
     if (es.val_top1 >= 0) {
       out_ << "; val loss " << Fixed(es.val_loss, 4) << ", top-1 " << Fixed(100 * es.val_top1, 2)

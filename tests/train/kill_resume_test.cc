@@ -110,7 +110,7 @@ TEST_CASE("kiln train --save killed at seeded random moments resumes from its la
   CHECK(GlobalStep(ck) == last_step + 3);
 }
 
-TEST_CASE("kiln train ends with a summary in human units", "[train]") {
+TEST_CASE("kiln train says its epochs' and its run's times in human units", "[train]") {
   TempDir dir;
   WriteTestCache(dir / "data", 64, DType::kFloat16, MakeShape({1, 8, 8}), 4);
   const std::string log = dir / "log";
@@ -126,7 +126,14 @@ TEST_CASE("kiln train ends with a summary in human units", "[train]") {
   const std::string line = out.substr(at, out.find('\n', at) - at);
   // "kiln train: 2 epochs (8 steps in all) in 24 ms, 5333 samples/s": the
   // time as units.h's FormatDuration writes it, never a raw double.
-  CHECK_THAT(line, Catch::Matches(R"(kiln train: 2 epochs \(8 steps in all\) in )"
-                                  R"((\d{1,3}(\.\d)? ms|\d{1,2}\.\d{1,2} s|\d+ min \d\d s))"
+  // Under a second in ms (the old epoch line said "0.0 s").
+  const std::string human = R"((\d{1,3}(\.\d)? ms|[1-9]\d?\.\d{1,2} s|\d+ min \d\d s))";
+  CHECK_THAT(line, Catch::Matches(R"(kiln train: 2 epochs \(8 steps in all\) in )" + human +
                                   R"(, \d+ samples/s)"));
+  // Each epoch's line too: "epoch 1/2 done in 12 ms: train loss ...".
+  for (const char* epoch : {"epoch 1/2 done in ", "epoch 2/2 done in "}) {
+    const size_t e = out.find(epoch);
+    REQUIRE(e != std::string::npos);
+    CHECK_THAT(out.substr(e, out.find(':', e) - e), Catch::Matches(std::string(epoch) + human));
+  }
 }
