@@ -75,14 +75,13 @@ Status Reindex(Part* p, uint64_t first, const std::string& tmp) {
   KILN_RETURN_IF_ERROR(CacheWriter::Open(wo, tmp, &writer));
   auto txn = reader->BeginRead();
   // Index order is file order: the bytes past each record are asked of the
-  // disk ahead of the copy, so a cold part is read sequentially.
+  // disk ahead of the copy, so a cold part is read sequentially (only the
+  // first record is read a page per fault).
   SequentialReadAhead ahead;
   for (uint64_t i = 0; i < p->m.count; ++i) {
     RecordView v;
-    const uint8_t* value = nullptr;
-    uint64_t size = 0;
-    if (txn->Locate(p->m.first_index + i, &value, &size).ok()) ahead.Reached(value);
     KILN_RETURN_IF_ERROR(txn->Get(p->m.first_index + i, &v, /*verify_checksum=*/true));
+    ahead.Reached(v.data);
     KILN_RETURN_IF_ERROR(writer->Append(first + i, v.label, v.data));
     txn->Reset();
   }
