@@ -53,7 +53,7 @@ Status CacheReader::Open(const std::string& dir, const ReaderOptions& options,
     // pages and checks overflow values by arithmetic; kiln verify reads
     // their headers too.
     LmdbFileSummary structure;
-    st = CheckLmdbFile(path, size, LmdbWalk::kTree, &structure);
+    st = CheckLmdbFile(path, size, &structure);
     if (st.IsCorruption())
       return Status::Corruption(st.message() + "; rebuild the cache (kiln build --force) or "
                                 "restore the shard");

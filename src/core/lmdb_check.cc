@@ -62,8 +62,8 @@ struct From {
 
 class Walker {
  public:
-  Walker(const std::string& path, int fd, uint64_t file_bytes, LmdbWalk walk)
-      : path_(path), fd_(fd), file_bytes_(file_bytes), walk_(walk) {}
+  Walker(const std::string& path, int fd, uint64_t file_bytes)
+      : path_(path), fd_(fd), file_bytes_(file_bytes) {}
 
   Status Run(LmdbFileSummary* out) {
     Meta meta;
@@ -304,12 +304,8 @@ class Walker {
       KILN_RETURN_IF_ERROR(Claim(first, count, value));
       overflow_ += count;
       // LMDB reads the value at (first page + 16 bytes, dsize bytes) without
-      // looking at that page's header: the claim above is all it needs.
-      if (walk_ != LmdbWalk::kFull) continue;
-      uint8_t head[kPageHeader];
-      KILN_RETURN_IF_ERROR(ReadPage(first, kPageHeader, head));
-      const std::string wrong = OverflowHeaderProblem(head, first, dsize, psize_);
-      if (!wrong.empty()) return DamagedPage(first, wrong + " (" + value.ToString() + ")");
+      // looking at that page's header: the claim above is all it needs
+      // (kiln verify checks the header where it reads the value).
     }
     return Status::OK();
   }
@@ -317,7 +313,6 @@ class Walker {
   const std::string& path_;
   int fd_;
   uint64_t file_bytes_;
-  LmdbWalk walk_;
   uint64_t psize_ = 0, pages_ = 0;
   uint32_t depth_ = 0;
   uint64_t entries_ = 0, branch_ = 0, leaf_ = 0, overflow_ = 0;
@@ -329,12 +324,11 @@ class Walker {
 
 }  // namespace
 
-Status CheckLmdbFile(const std::string& path, uint64_t file_bytes, LmdbWalk walk,
-                     LmdbFileSummary* out) {
+Status CheckLmdbFile(const std::string& path, uint64_t file_bytes, LmdbFileSummary* out) {
   *out = LmdbFileSummary();
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Status::IOError(path + ": cannot open: " + std::strerror(errno));
-  Walker walker(path, fd, file_bytes, walk);
+  Walker walker(path, fd, file_bytes);
   Status s = walker.Run(out);
   close(fd);
   return s;

@@ -8,7 +8,7 @@
 // bytes in the page headers of a kiln shard made `kiln verify` crash in 14
 // of 200 tries, and `kiln bench` and kiln.Loader in 2 of 150 when only the
 // meta pages were checked. Every reader therefore walks the file with
-// pread() first (kiln verify: kFull; CacheReader::Open: kTree), following
+// pread() first (kiln verify and CacheReader::Open), following
 // the B-tree from the meta page LMDB would pick, and hands the shard to
 // LMDB only if every page it would touch is sound.
 //
@@ -23,25 +23,6 @@
 #include "kiln/status.h"
 
 namespace kiln {
-
-// How much of the file a walk reads.
-enum class LmdbWalk {
-  // Every branch and leaf page, and each overflow value's pages checked
-  // against the file and the rest of the tree by arithmetic alone (its
-  // first page number and the count its size needs, every page claimed
-  // once): LMDB reads a value through its node, never through the overflow
-  // page's header. Reads every tree page (leaves that follow each other in
-  // the file 32 at a time): a few hundred pages for 20,000 float16
-  // 3x224x224 records, but the whole file when records are small enough to
-  // sit in leaf pages (under about 2 KB). CacheReader::Open.
-  kTree,
-  // kTree, and the header of every overflow value's first page read and
-  // checked (page number, type, page count): one more small read per
-  // record. Its tests; kiln verify walks kTree and checks the same headers
-  // with OverflowHeaderProblem where its sequential pass reads the values
-  // (the pages are read then anyway: no random read per record when cold).
-  kFull,
-};
 
 // What the walk found in a sound file.
 struct LmdbFileSummary {
@@ -58,11 +39,17 @@ struct LmdbFileSummary {
 // database with kiln's flags (none); every branch and leaf page reachable
 // from its root - page number, type for its depth, bounds, node offsets,
 // key and value extents, each page reached once - and the pages of every
-// overflow value inside the file (kFull also reads the first one's header);
-// the count of entries and pages against the meta page's. Returns
-// Corruption naming the file and the page, IOError if it cannot be read.
-Status CheckLmdbFile(const std::string& path, uint64_t file_bytes, LmdbWalk walk,
-                     LmdbFileSummary* out);
+// overflow value inside the file, by arithmetic alone (its first page
+// number and the count its size needs, every page claimed once: LMDB reads
+// a value through its node, never through the overflow page's header; kiln
+// verify checks that header with OverflowHeaderProblem where it reads the
+// value); the count of entries and pages against the meta page's. Reads
+// every tree page (leaves that follow each other in the file 32 at a time):
+// a few hundred pages for 20,000 float16 3x224x224 records, but the whole
+// file when records are small enough to sit in leaf pages (under about
+// 2 KB). Returns Corruption naming the file and the page, IOError if it
+// cannot be read.
+Status CheckLmdbFile(const std::string& path, uint64_t file_bytes, LmdbFileSummary* out);
 
 // The header of an overflow value's first page, `header` (its first 16
 // bytes), for page `pgno` holding a value of `value_bytes` in a file of

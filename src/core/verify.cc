@@ -135,7 +135,7 @@ class Verifier {
     // below where the pass reaches each value: a walk that read them would
     // cost a random read per record of a cold shard.
     LmdbFileSummary structure;
-    s = CheckLmdbFile(path, size, LmdbWalk::kTree, &structure);
+    s = CheckLmdbFile(path, size, &structure);
     if (!s.ok()) {
       Problem(Kind::kShardFile, -1, info.file,
               s.message() + "; its records" +

@@ -48,7 +48,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   kiln::LmdbFileSummary summary;
   // The walk every reader runs at open, the lighter one: what it accepts
   // must be safe for LMDB's whole read path.
-  if (!kiln::CheckLmdbFile(path, size, kiln::LmdbWalk::kTree, &summary).ok()) return 0;
+  if (!kiln::CheckLmdbFile(path, size, &summary).ok()) return 0;
   kiln::LmdbEnv env;
   if (!env.OpenForRead(path, 4).ok()) return 0;
   kiln::LmdbTxn txn;
