@@ -167,10 +167,28 @@ int RunInspect(const std::string& dir, bool as_json) {
     std::cout << " (part " << m.part_index << " of " << m.part_count << ", from 0: records "
               << m.first_index << ".." << m.first_index + m.count - 1
               << " of the whole cache; join the parts with kiln merge)";
-  std::cout << "\n"
-            << "sample:        " << DTypeName(m.dtype) << " " << m.shape.ToString() << " ("
-            << HumanBytes(static_cast<double>(reader->record_bytes())) << " each)\n"
-            << "classes:       " << m.classes.size();
+  std::cout << "\n";
+  if (m.format_version == kFormatVersion2) {
+    // Each field with its declared shape (? where it varies) and, where it
+    // varies, the largest it took.
+    std::cout << "fields:        " << m.fields.size() << "\n";
+    for (size_t f = 0; f < m.fields.size(); ++f) {
+      const FieldSpec& fs = m.fields[f];
+      std::cout << "  " << fs.name << "  " << DTypeName(fs.dtype) << " " << fs.ShapeText();
+      if (!fs.fixed()) {
+        std::cout << " (largest";
+        for (int i = 0; i < fs.ndim; ++i) std::cout << (i ? "x" : " ") << fs.max_dims[i];
+        std::cout << ")";
+      }
+      if (static_cast<int>(f) == m.image_field) std::cout << "  [image: what loaders batch]";
+      if (static_cast<int>(f) == m.label_field) std::cout << "  [label]";
+      std::cout << "\n";
+    }
+  } else {
+    std::cout << "sample:        " << DTypeName(m.dtype) << " " << m.shape.ToString() << " ("
+              << HumanBytes(static_cast<double>(reader->record_bytes())) << " each)\n";
+  }
+  std::cout << "classes:       " << m.classes.size();
   for (size_t i = 0; i < m.classes.size() && i < 20; ++i)
     std::cout << (i ? ", " : " (") << i << "=" << m.classes[i];
   if (!m.classes.empty()) std::cout << (m.classes.size() > 20 ? ", ...)" : ")");

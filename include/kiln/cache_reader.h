@@ -11,6 +11,7 @@
 #ifndef KILN_CACHE_READER_H_
 #define KILN_CACHE_READER_H_
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -29,16 +30,29 @@ struct ReaderOptions {
   bool allow_part = false;
 };
 
+// One field of a record as stored.
+struct FieldView {
+  const uint8_t* data = nullptr;
+  uint64_t bytes = 0;
+  DType dtype = DType::kUint8;
+  Shape shape;  // ndim 0 for a scalar
+};
+
 // One record as stored. `data` points into the memory map and stays valid
 // only until the ReadTxn that produced it is reset or destroyed.
 struct RecordView {
   uint64_t index = 0;
-  const uint8_t* data = nullptr;  // the payload (64-byte header excluded)
+  // The image field (the manifest's image_field; format 1: the payload).
+  const uint8_t* data = nullptr;
   uint64_t bytes = 0;
   DType dtype = DType::kUint8;
   Shape shape;
-  int64_t label = -1;
+  int64_t label = -1;     // the label field's value; -1 without one
   uint64_t checksum = 0;  // as stored
+  // Every field, in the manifest's order (format 1: "image", the payload,
+  // and "label", the header's int64).
+  int num_fields = 0;
+  std::array<FieldView, kMaxFields> fields{};
 };
 
 class CacheReader;
@@ -58,8 +72,9 @@ class ReadTxn {
   Status Get(uint64_t index, RecordView* out, bool verify_checksum = false);
 
   // Record `index` read with pread(2) instead of through the memory map:
-  // its header into `header` (kRecordHeaderSize bytes) and its payload into
-  // `payload` (the manifest's record_bytes()), with Get's checks. For a
+  // its image field's payload into `payload` (the manifest's
+  // record_bytes()) and its other bytes (header, other fields) into
+  // `header` (the reader's read_header_bytes()), with Get's checks. For a
   // cache that is not in memory: a copy from the map would fault in each
   // page of it (slow where page faults are, as in virtual machines), a read
   // takes them straight from the page cache, and a truncated file is an
@@ -84,10 +99,12 @@ class ReadTxn {
  private:
   friend class CacheReader;
   explicit ReadTxn(const CacheReader* reader);
-  // Get's checks of a decoded header; `value` holds the header (and, for
-  // the checksum, the payload at `payload`).
-  Status Check(uint64_t index, const uint8_t* header, const void* payload, size_t value_size,
-               bool verify_checksum, RecordView* out);
+  // Get's checks of a stored value, held in `header` (its first
+  // `head_len` bytes, and after them the bytes past the image payload, as
+  // Read leaves them) and `payload` (the image field's payload; for a
+  // value in one piece, header + head_len).
+  Status Check(uint64_t index, const uint8_t* header, size_t head_len, const void* payload,
+               size_t value_size, bool verify_checksum, RecordView* out);
   struct Shard;
   const CacheReader* reader_;
   std::vector<std::unique_ptr<Shard>> shards_;
@@ -106,7 +123,11 @@ class CacheReader {
   const Manifest& manifest() const { return manifest_; }
   const std::string& dir() const { return dir_; }
   uint64_t size() const { return manifest_.count; }
+  // The bytes of a record's image field (0 when its size varies).
   uint64_t record_bytes() const { return manifest_.shape.NumElements() * DTypeSize(manifest_.dtype); }
+  // What ReadTxn::Read's `header` buffer must hold: a record's bytes other
+  // than its image payload (kRecordHeaderSize for format 1).
+  uint64_t read_header_bytes() const { return read_header_bytes_; }
 
   // A new transaction for the calling thread.
   std::unique_ptr<ReadTxn> BeginRead() const;
@@ -131,6 +152,11 @@ class CacheReader {
   CacheReader() = default;
   std::string dir_;
   Manifest manifest_;
+  // Format 2 with fixed fields: each value's length and where the image
+  // payload starts in it (0 when a field's size varies: Read maps).
+  uint64_t value_bytes_ = 0;
+  uint64_t image_offset_ = 0;
+  uint64_t read_header_bytes_ = kRecordHeaderSize;
   std::vector<std::unique_ptr<ShardEnv>> envs_;
 };
 

@@ -54,6 +54,14 @@ struct WriterOptions {
   // cache under it before the writer opens); it must outlive the writer.
   // nullptr: Open takes the lock itself.
   const DirLock* lock = nullptr;
+  // Format 2: the records' fields, in stored order (kiln/manifest.h's
+  // FieldSpec; max_dims are ignored). Non-empty: the writer writes version
+  // 2 records through AppendFields, `dtype` and `shape` are unused, and
+  // commits come after the record that takes a batch to commit_bytes of
+  // values (the cadence the manifest's layout.commit_bytes records).
+  std::vector<FieldSpec> fields;
+  // The field of class indices ("" for none): an int64/int32 scalar field.
+  std::string label_field;
 };
 
 class CacheWriter {
@@ -74,6 +82,14 @@ class CacheWriter {
   // Appends one record. REQUIRES: index == next_index(); payload holds
   // shape x dtype bytes. The payload is copied before Append returns.
   Status Append(uint64_t index, int64_t label, const void* payload);
+
+  // Appends one version 2 record (a writer opened with `fields`): one
+  // FieldData per declared field, in their order, each of the declared
+  // dtype and ndim with the declared fixed sizes. REQUIRES: index ==
+  // next_index(). Returns InvalidArgument naming the record and the field
+  // that does not fit, writing nothing. The data is copied before it
+  // returns.
+  Status AppendFields(uint64_t index, const FieldData* fields, int n);
 
   // Commits what is pending (the records become durable once synced).
   Status Commit();

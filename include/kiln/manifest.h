@@ -25,12 +25,40 @@ struct ShardInfo {
   std::string digest;     // 16 hex digits: XXH3-64 over the record checksums in key order
 };
 
+// One field of a cache's records as the manifest declares it. A format 1
+// cache has two: "image" (its sample dtype and shape) and "label" (int64,
+// a scalar).
+struct FieldSpec {
+  std::string name;
+  DType dtype = DType::kUint8;
+  int ndim = 0;                              // 0: a scalar
+  std::array<int64_t, kMaxDims> dims{};      // each >= 1, or kVariableDim
+  // The largest size each dim took over the cache's records (= dims for a
+  // fixed dim); written when the cache is finished.
+  std::array<uint32_t, kMaxDims> max_dims{};
+  static constexpr int64_t kVariableDim = -1;
+  bool fixed() const;          // no variable dim
+  Shape FixedShape() const;    // REQUIRES: fixed()
+  std::string ShapeText() const;  // "3x?x?", "()" for a scalar
+  // Whether a record's field of `dtype` and `shape` is one of this field's.
+  bool Admits(DType dtype, const Shape& shape) const;
+};
+
 struct Manifest {
   int format_version = kFormatVersion;
   std::string kiln_version;
   uint64_t count = 0;                 // total records, = sum of shard counts
-  DType dtype = DType::kFloat16;      // of every record
-  Shape shape;                        // of every record
+  // The records' fields, in stored order (format 1: image and label).
+  std::vector<FieldSpec> fields;
+  // The field a loader makes model inputs of: the one named "image", else
+  // the first; and the field of class indices (a scalar int32/int64 field,
+  // named by the manifest's "label_field"; format 1: "label"), or -1.
+  int image_field = 0;
+  int label_field = -1;
+  // The image field's dtype and shape (shape.ndim 0 when it varies from
+  // record to record).
+  DType dtype = DType::kFloat16;
+  Shape shape;
   std::vector<std::string> classes;   // label i names classes[i]; may be empty
   std::vector<ShardInfo> shards;      // in index order, contiguous
   // The recipe that produced the tensors (incomplete, "{}", when the
@@ -41,6 +69,9 @@ struct Manifest {
   // rewrite a shard exactly as a fresh build writes it. 0 = not recorded.
   uint64_t initial_map_size = 0;
   uint64_t commit_records = 0;
+  // Format 2 instead of commit_records: a commit after the record that
+  // takes the batch's value bytes to commit_bytes.
+  uint64_t commit_bytes = 0;
   // One part of a cache built in parts (kiln build --num-parts N --part i):
   // its records are the global indices first_index .. first_index+count-1
   // of the whole cache. part_index < 0 for an ordinary cache (first_index 0).
@@ -55,10 +86,23 @@ struct Manifest {
   int ShardFor(uint64_t index) const;
 };
 
-// Whether a record's header agrees with its manifest: the dtype and shape
-// every record has, a label within the classes (when there are classes).
-// Returns Corruption "record N: ..." saying what differs.
+// Whether a version 1 record's header agrees with its manifest: the dtype
+// and shape every record has, a label within the classes (when there are
+// classes). Returns Corruption "record N: ..." saying what differs.
 Status CheckRecordAgainstManifest(const Manifest& m, uint64_t index, const RecordHeader& h);
+
+// Checks a decoded record of either version against its manifest and
+// points `h`'s dtype, shape and payload_bytes at the image field and its
+// label at the label field's value (-1 without one). The value lies in up
+// to three pieces, as VerifyRecordChecksum takes them: `head` (its first
+// `head_len` bytes), `mid` (the next `mid_len`) and `tail` (the rest);
+// for a value in one piece pass head = value, head_len = its size. A
+// version 1 record needs only the header in `head`. Version 2: its record
+// version must be the manifest's, its fields the manifest's in number,
+// dtype, ndim and fixed sizes, and a label within the classes. Returns
+// Corruption "record N: ..." saying what differs.
+Status ResolveRecord(const Manifest& m, uint64_t index, const uint8_t* head, size_t head_len,
+                     const uint8_t* mid, size_t mid_len, const uint8_t* tail, RecordHeader* h);
 
 // What a reader does to a record's values to make a model's inputs. A
 // uint8 cache stores pixels x: the input is (x / 255 - mean[c]) / std[c]
@@ -68,6 +112,19 @@ Status CheckRecordAgainstManifest(const Manifest& m, uint64_t index, const Recor
 // positive std for each of its channels (C of a CHW record, else 1).
 Status InputNormalization(const Manifest& m, const std::string& dir, std::vector<double>* mean,
                           std::vector<double>* std);
+
+// Sets a format 1 manifest's fields from its dtype and shape: "image" and
+// "label" (int64 scalar), image_field 0, label_field 1.
+void SetFormat1Fields(Manifest* m);
+
+// Checks a format 2 cache's declared fields: 1..kMaxFields of them, names
+// unique and not empty, at most kMaxDims dims each, fixed sizes >= 1 and
+// bounded as a record's; `label_field` (empty for none) one of them, an
+// int64 or int32 scalar. Sets *image_field (the one named "image", else 0)
+// and *label_index (-1 without a label field). Returns InvalidArgument
+// naming `where` and the field.
+Status CheckFieldSpecs(const std::vector<FieldSpec>& fields, const std::string& label_field,
+                       const std::string& where, int* image_field, int* label_index);
 
 // Serializes to pretty-printed JSON text.
 std::string ManifestToJson(const Manifest& m);

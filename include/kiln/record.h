@@ -1,5 +1,11 @@
 // The on-disk record format of a kiln cache: every constant lives here.
 //
+// Two record versions exist. Version 1 (below) holds one tensor and one
+// int64 label; version 2 holds any number of named fields, each with its
+// own dtype and its own shape in every record (see "Version 2" further
+// down). A cache's records all have one version: the manifest's
+// format_version (1 or 2) says which.
+//
 // A cache is a directory holding `manifest.json` and one or more shards; each
 // shard is one LMDB environment stored as a single file (MDB_NOSUBDIR) with
 // one unnamed database. docs/format.md gives the same layout in prose, for
@@ -53,33 +59,113 @@ inline constexpr uint64_t kMaxRecordElements = uint64_t{1} << 40;
 inline constexpr int kFormatVersion = 1;
 // The names of the files in a cache directory: kiln/cache_layout.h.
 
-enum class DType : uint8_t { kUint8 = 1, kFloat16 = 2, kFloat32 = 3 };
+// Version 2 (format_version 2 caches): a record of named fields.
+//
+// Value: a 32-byte header, a table of one 32-byte entry per field (in the
+// manifest's field order), then each field's payload, at offsets that are
+// multiples of 16 from the value's start, in field order, with zero bytes
+// between them (none after the last). The offsets are a function of the
+// shapes (each payload starts at the first multiple of 16 at or after the
+// end of the one before; the first after the table), so a record's bytes
+// are canonical.
+//
+//   header: offset size field
+//        0    4 magic          as version 1
+//        4    2 version        kRecordVersion2
+//        6    2 field_count    u16, 1..kMaxFields
+//        8    8 checksum       u64 XXH3-64, seed = the record's index, over
+//                              the whole value except these 8 bytes
+//                              (bytes [0,8) then [16, value end))
+//       16    8 value_bytes    u64, the value's length
+//       24    8 reserved       must be zero
+//   field entry (at 32 + 32 x field):
+//        0    1 dtype          DType code
+//        1    1 ndim           0..kMaxDims (0: a scalar, one element)
+//        2    6 reserved       must be zero
+//        8   16 shape[4]       u32 each up to ndim (0 allowed: an empty
+//                              field), 0 past it; at most 2^40 elements
+//       24    8 offset         u64 from the value's start; 16-aligned
+//
+// Field payloads are C-contiguous, little-endian.
+inline constexpr uint16_t kRecordVersion2 = 2;
+inline constexpr size_t kRecordV2HeaderSize = 32;
+inline constexpr size_t kFieldEntrySize = 32;
+inline constexpr size_t kFieldAlign = 16;
+inline constexpr size_t kChecksumOffsetV2 = 8;
+inline constexpr int kMaxFields = 16;
+// The manifest format_version of a cache of version 2 records.
+inline constexpr int kFormatVersion2 = 2;
+
+// Element types. Version 1 records use 1..3 only; version 2 fields any.
+enum class DType : uint8_t {
+  kUint8 = 1,
+  kFloat16 = 2,
+  kFloat32 = 3,
+  kInt32 = 4,
+  kInt64 = 5,
+};
 
 // Size of one element in bytes; 0 for an unknown code.
 size_t DTypeSize(DType dtype);
-// "uint8", "float16", "float32".
+// "uint8", "float16", "float32", "int32", "int64".
 const char* DTypeName(DType dtype);
 // Parses a name written by DTypeName. Returns InvalidArgument otherwise.
 Status ParseDType(const std::string& name, DType* out);
+// Any DType code (1..5).
 bool IsValidDType(uint8_t code);
+// Whether `dtype` holds pixel values a loader can make model inputs of
+// (uint8, float16, float32): what version 1 records hold.
+bool IsPixelDType(DType dtype);
 
-// A tensor shape of 1..kMaxDims dimensions.
+// A tensor shape of 1..kMaxDims dimensions (0 for a version 2 scalar).
 struct Shape {
   int ndim = 0;
   std::array<uint32_t, kMaxDims> dims{};
+  // The product of the dims; 0 for ndim 0 (a record shape is never 0-d;
+  // for a field, where 0-d is a scalar, use FieldElements).
   uint64_t NumElements() const;
   std::string ToString() const;  // "3x224x224"
   bool operator==(const Shape& o) const;
   bool operator!=(const Shape& o) const { return !(*this == o); }
 };
 
-// The decoded header of one record.
+// The elements of a field of shape `s`: the product of its dims, 1 for a
+// scalar (ndim 0).
+uint64_t FieldElements(const Shape& s);
+
+// One field of a stored record: its type, its shape in this record and
+// where its payload lies in the value.
+struct FieldEntry {
+  DType dtype = DType::kUint8;
+  Shape shape;
+  uint64_t offset = 0;  // from the value's start
+  uint64_t bytes = 0;   // FieldElements(shape) x DTypeSize(dtype)
+};
+
+// The decoded header of one record, of either version.
 struct RecordHeader {
+  // Version 1: the record's tensor and label. Version 2: the first field's
+  // dtype, shape and payload length, and label -1; readers that know the
+  // manifest point them at its image and label fields (ResolveRecord in
+  // kiln/manifest.h).
   DType dtype = DType::kUint8;
   Shape shape;
   int64_t label = -1;
   uint64_t payload_bytes = 0;
   uint64_t checksum = 0;
+  uint16_t version = kRecordVersion;
+  uint64_t value_bytes = 0;  // the stored value's length
+  // Every field. Version 1: "image" (the payload at offset 64) and "label"
+  // (the header's int64 at offset 24).
+  int num_fields = 0;
+  std::array<FieldEntry, kMaxFields> fields{};
+};
+
+// One field's contents for EncodeRecordV2.
+struct FieldData {
+  DType dtype = DType::kUint8;
+  Shape shape;                   // ndim 0 for a scalar
+  const void* data = nullptr;    // FieldElements(shape) x DTypeSize(dtype) bytes
 };
 
 // Writes the big-endian key of `index` into `key` (kKeySize bytes).
@@ -97,21 +183,41 @@ uint64_t RecordChecksum(uint64_t index, const uint8_t* header, const void* paylo
 void EncodeRecordHeader(uint64_t index, DType dtype, const Shape& shape, int64_t label,
                         const void* payload, uint8_t* header);
 
-// Parses and bounds-checks a stored value of `value_size` bytes (header and
-// payload) without looking at the payload: magic, version, dtype, ndim,
-// shape, reserved bytes, payload length against shape x dtype and against
-// value_size. Never reads past `value_size`. Returns Corruption naming
+// Parses and bounds-checks a stored value of `value_size` bytes of either
+// version without looking at the payloads: magic, version, dtypes, ndims,
+// shapes, reserved bytes, and (version 2) the field table's offsets, each
+// where the shapes before it put it, and the value's length against the
+// last field's end. Never reads past `value_size` (a version 2 table is
+// read only as far as `value_size` holds it). Returns Corruption naming
 // `index` and the first bad field. Does not verify the checksum.
 Status DecodeRecordHeader(uint64_t index, const uint8_t* value, size_t value_size,
                           RecordHeader* out);
 
+// The bytes of a version 2 value's header and table with `n` fields.
+size_t RecordV2TableEnd(int n);
+// The length of the version 2 value of these fields. REQUIRES: 1 <= n <=
+// kMaxFields, each shape bounded as a record's.
+uint64_t RecordV2Size(const FieldData* fields, int n);
+// Writes the version 2 value of record `index` (RecordV2Size bytes) into
+// `value`: header, table, payloads, zero padding and the checksum. Each
+// entry's offset is computed here.
+void EncodeRecordV2(uint64_t index, const FieldData* fields, int n, uint8_t* value);
+
+// Where a stored value keeps its 8-byte checksum (offset 40 in version 1,
+// 8 in version 2); the shard digest is over these. REQUIRES: value_size
+// covers the header of the value's version (else returns 40).
+size_t StoredChecksumOffset(const uint8_t* value, size_t value_size);
+
 // Recomputes the checksum of a stored value already checked by
 // DecodeRecordHeader. Returns Corruption naming `index` on mismatch.
 Status VerifyRecordChecksum(uint64_t index, const uint8_t* value, const RecordHeader& h);
-// The same for a value whose header and payload lie apart (read into two
-// buffers).
+// The same for a value read into separate buffers. Version 1: `header`
+// holds the 64-byte header and `payload` the payload. Version 2: the value
+// is `header` (bytes [0, split)), then `payload` (the next `payload_len`
+// bytes), then `tail` (the rest, h.value_bytes - split - payload_len).
 Status VerifyRecordChecksum(uint64_t index, const uint8_t* header, const void* payload,
-                            const RecordHeader& h);
+                            const RecordHeader& h, size_t split = 0, size_t payload_len = 0,
+                            const uint8_t* tail = nullptr);
 
 }  // namespace kiln
 

@@ -41,8 +41,10 @@ try:
 except ImportError:  # the loader then yields numpy arrays
     torch = None
 
-__all__ = ["Cache", "Loader", "CorruptionError", "normalize", "raw_name", "native_bf16",
-           "train_environment", "verify", "__version__"]
+from .writer import Field, Writer, write_dataset
+
+__all__ = ["Cache", "Field", "Loader", "Writer", "CorruptionError", "normalize", "raw_name",
+           "native_bf16", "train_environment", "verify", "write_dataset", "__version__"]
 __version__ = _kiln.__version__
 
 #: Raised for damaged or inconsistent cache data; the message names the
@@ -50,21 +52,27 @@ __version__ = _kiln.__version__
 CorruptionError = _kiln.CorruptionError
 
 _NUMPY_DTYPES = {"uint8": np.dtype("u1"), "float16": np.dtype("<f2"),
-                 "float32": np.dtype("<f4")}
-_TORCH_DTYPES = ({"uint8": torch.uint8, "float16": torch.float16, "float32": torch.float32}
+                 "float32": np.dtype("<f4"), "int32": np.dtype("<i4"), "int64": np.dtype("<i8")}
+_TORCH_DTYPES = ({"uint8": torch.uint8, "float16": torch.float16, "float32": torch.float32,
+                  "int32": torch.int32, "int64": torch.int64}
                  if torch is not None else {})
 
 
 class Cache:
     """A finished kiln cache: the manifest and random access to records.
 
-    ``len(cache)`` / ``cache.count`` records of ``cache.shape`` and
-    ``cache.dtype`` (the name: "uint8", "float16" or "float32");
-    ``cache.classes``, ``cache.preprocessing`` (how the tensors were made),
-    ``cache.manifest`` (all of manifest.json as a dict).
+    ``len(cache)`` / ``cache.count`` records; ``cache.fields`` maps each
+    field's name to its :class:`Field` (dtype name, shape with None where
+    the size varies; a cache made by ``kiln build`` has ``image`` and
+    ``label``); ``cache.shape`` and ``cache.dtype`` are the image field's
+    (shape ``()`` when it varies); ``cache.classes``, ``cache.preprocessing``
+    (how the tensors were made), ``cache.manifest`` (all of manifest.json as
+    a dict).
 
-    ``cache[i]`` is ``(numpy array, label)``, a copy of record i (negative i
-    counts from the end). Each record's header is checked against the
+    ``cache[i]`` is a dict ``{field name: numpy array}``, a copy of record i
+    (negative i counts from the end; a scalar field is a 0-d array), for
+    every cache, ``kiln build``'s too: ``cache[i]["image"]``,
+    ``int(cache[i]["label"])``. Each record's header is checked against the
     manifest; ``cache.read(i, verify=True)`` also checks its checksum. A bad
     record raises CorruptionError naming the shard and record.
 
@@ -108,6 +116,18 @@ class Cache:
     #: manifest, as kiln's C++ reader checks them (CorruptionError when they
     #: are missing or do not fit the channels).
     normalization = property(lambda self: self._native.normalization)
+    #: 1 for a cache of image + label records (kiln build), 2 for named fields.
+    format_version = property(lambda self: self._native.format_version)
+
+    @property
+    def fields(self):
+        return collections.OrderedDict((name, Field(dtype, tuple(shape)))
+                                       for name, dtype, shape, _ in self._native.fields)
+
+    @property
+    def max_shapes(self):
+        """The largest size each field's dims took over the records (name -> tuple)."""
+        return {name: tuple(m) for name, _, _, m in self._native.fields}
 
     @property
     def torch_dtype(self):
@@ -117,7 +137,7 @@ class Cache:
         return self._native.count
 
     def read(self, index, verify=False):
-        """``(numpy array, label)`` of record `index`; `verify` checks its checksum."""
+        """Record `index` as ``{field name: numpy array}``; `verify` checks its checksum."""
         return self._reader().get(int(index), bool(verify))
 
     def __getitem__(self, index):
@@ -128,8 +148,10 @@ class Cache:
         return normalize(x, self)
 
     def __repr__(self):
-        return "kiln.Cache(%r: %d x %s %s)" % (self._path, self.count,
-                                               "x".join(map(str, self.shape)), self.dtype)
+        return "kiln.Cache(%r: %d records of %s)" % (
+            self._path, self.count, ", ".join(
+                "%s %s %s" % (n, f.dtype, "x".join("?" if d is None else str(d) for d in f.shape)
+                              or "()") for n, f in self.fields.items()))
 
 
 def raw_name(text):

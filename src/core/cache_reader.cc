@@ -67,6 +67,27 @@ Status CacheReader::Open(const std::string& dir, const ReaderOptions& options,
                                 " records, the manifest says " + std::to_string(s.count));
     r->envs_.push_back(std::move(env));
   }
+  const Manifest& m = r->manifest_;
+  if (m.format_version == kFormatVersion2) {
+    bool fixed = true;
+    std::vector<Shape> shapes(m.fields.size());
+    std::vector<FieldData> fields(m.fields.size());
+    for (size_t f = 0; f < m.fields.size(); ++f) {
+      fixed = fixed && m.fields[f].fixed();
+      if (!fixed) break;
+      fields[f] = {m.fields[f].dtype, m.fields[f].FixedShape(), nullptr};
+    }
+    if (fixed) {
+      const int n = static_cast<int>(fields.size());
+      r->value_bytes_ = RecordV2Size(fields.data(), n);
+      r->image_offset_ = RecordV2Size(fields.data(), m.image_field + 1) - r->record_bytes();
+      // RecordV2Size of the first k fields counts a table of k entries.
+      r->image_offset_ += kFieldEntrySize * (n - m.image_field - 1);
+      r->read_header_bytes_ = r->value_bytes_ - r->record_bytes();
+    } else {
+      r->read_header_bytes_ = 0;
+    }
+  }
   *out = std::move(r);
   return Status::OK();
 }
@@ -130,7 +151,7 @@ Status ReadTxn::Get(uint64_t index, RecordView* out, bool verify_checksum) {
   const uint8_t* value = nullptr;
   uint64_t size = 0;
   KILN_RETURN_IF_ERROR(Locate(index, &value, &size));
-  return Check(index, value, value + kRecordHeaderSize, size, verify_checksum, out);
+  return Check(index, value, size, nullptr, size, verify_checksum, out);
 }
 
 Status ReadTxn::Read(uint64_t index, uint8_t* header, void* payload, RecordView* out,
@@ -140,15 +161,20 @@ Status ReadTxn::Read(uint64_t index, uint8_t* header, void* payload, RecordView*
   KILN_RETURN_IF_ERROR(Locate(index, &value, &size));
   const int si = reader_->manifest().ShardFor(index);
   const CacheReader::Mapping m = reader_->mapping(si);
-  const uint64_t want = kRecordHeaderSize + reader_->record_bytes();
+  const bool v2 = reader_->manifest().format_version == kFormatVersion2;
+  const uint64_t head = v2 ? reader_->image_offset_ : kRecordHeaderSize;
+  const uint64_t want = v2 ? reader_->value_bytes_ : kRecordHeaderSize + reader_->record_bytes();
   // A value kiln cannot place in the file, or not of the manifest's size
-  // (the mapped path's checks then say what is wrong with it).
-  if (m.base == nullptr || m.fd < 0 || size != want) return Get(index, out, verify_checksum);
+  // (the mapped path's checks then say what is wrong with it), or of a
+  // cache whose records vary in size.
+  if (m.base == nullptr || m.fd < 0 || want == 0 || size != want)
+    return Get(index, out, verify_checksum);
   uint64_t offset = static_cast<uint64_t>(value - m.base);
-  struct iovec iov[2] = {{header, kRecordHeaderSize}, {payload, size - kRecordHeaderSize}};
+  const uint64_t image = reader_->record_bytes();
+  struct iovec iov[3] = {{header, head}, {payload, image}, {header + head, size - head - image}};
   uint64_t left = size;
   while (left > 0) {
-    const ssize_t got = preadv(m.fd, iov, 2, static_cast<off_t>(offset));
+    const ssize_t got = preadv(m.fd, iov, 3, static_cast<off_t>(offset));
     if (got < 0 && errno == EINTR) continue;
     if (got <= 0)
       return Status::Corruption(m.path + ": record " + std::to_string(index) + ": " +
@@ -165,20 +191,54 @@ Status ReadTxn::Read(uint64_t index, uint8_t* header, void* payload, RecordView*
       n -= take;
     }
   }
-  return Check(index, header, payload, size, verify_checksum, out);
+  // A table of another length than the manifest's would not lie within
+  // `header`: the mapped path says what is wrong.
+  if (v2 && (header[6] | (header[7] << 8)) != static_cast<int>(reader_->manifest().fields.size()))
+    return Get(index, out, verify_checksum);
+  return Check(index, header, head, payload, size, verify_checksum, out);
 }
 
-Status ReadTxn::Check(uint64_t index, const uint8_t* header, const void* payload,
+Status ReadTxn::Check(uint64_t index, const uint8_t* header, size_t head_len, const void* payload,
                       size_t value_size, bool verify_checksum, RecordView* out) {
   const Manifest& m = reader_->manifest();
   const std::string& path = reader_->shard_env(m.ShardFor(index)).env->path();
   RecordHeader h;
+  // The value in one piece (Get), or split around the image payload (Read).
+  // Decoding reads the header and the field table only, which a split
+  // value keeps in `header` (Read checked the field count).
+  const bool whole = payload == nullptr;
   KILN_RETURN_IF_ERROR(DecodeRecordHeader(index, header, value_size, &h).WithContext(path));
-  KILN_RETURN_IF_ERROR(CheckRecordAgainstManifest(m, index, h).WithContext(path));
-  if (verify_checksum)
-    KILN_RETURN_IF_ERROR(VerifyRecordChecksum(index, header, payload, h).WithContext(path));
+  const uint8_t* mid = whole ? nullptr : static_cast<const uint8_t*>(payload);
+  const size_t mid_len = whole ? 0 : reader_->record_bytes();
+  const uint8_t* tail = whole ? nullptr : header + head_len;
+  KILN_RETURN_IF_ERROR(
+      ResolveRecord(m, index, header, whole ? value_size : head_len, mid, mid_len, tail, &h)
+          .WithContext(path));
+  if (verify_checksum) {
+    if (h.version == kRecordVersion2)
+      KILN_RETURN_IF_ERROR(VerifyRecordChecksum(index, header, mid, h,
+                                                whole ? value_size : head_len, mid_len, tail)
+                               .WithContext(path));
+    else
+      KILN_RETURN_IF_ERROR(
+          VerifyRecordChecksum(index, header, whole ? header + kRecordHeaderSize : payload, h)
+              .WithContext(path));
+  }
+  // Where each field's bytes lie: in the one piece, or in the split.
+  auto at = [&](uint64_t offset) -> const uint8_t* {
+    if (whole) return header + offset;
+    if (offset < head_len) return header + offset;
+    if (offset < head_len + mid_len) return mid + (offset - head_len);
+    return tail + (offset - head_len - mid_len);
+  };
+  out->num_fields = h.num_fields;
+  for (int f = 0; f < h.num_fields; ++f) {
+    const FieldEntry& e = h.fields[f];
+    out->fields[f] = {at(e.offset), e.bytes, e.dtype, e.shape};
+  }
+  const int image = h.version == kRecordVersion2 ? m.image_field : 0;
   out->index = index;
-  out->data = static_cast<const uint8_t*>(payload);
+  out->data = out->fields[image].data;
   out->bytes = h.payload_bytes;
   out->dtype = h.dtype;
   out->shape = h.shape;

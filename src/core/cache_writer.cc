@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <algorithm>
+#include <array>
 #include <map>
 #include <cstring>
 #include <fstream>
@@ -96,15 +97,28 @@ Status SyncAndClose(LmdbEnv* env) {
 // LMDB's file is a function of that sequence of operations, so a build that
 // was resumed from one of those commits, a repaired shard and a fresh build
 // all end with the same bytes. Writes `path`.tmp, then renames it over path.
+// per_commit 0 (version 2 records, of any size): a commit after the record
+// that takes the batch's value bytes to `commit_bytes` instead - for
+// records of one size the same batches as per_commit = ceil(commit_bytes /
+// value size).
 Status WriteShardCanonically(const std::string& path, uint64_t map_size, uint64_t per_commit,
-                             uint64_t first, uint64_t count, const ValueOf& value_of) {
+                             uint64_t first, uint64_t count, const ValueOf& value_of,
+                             uint64_t commit_bytes = 0) {
   const std::string tmp = path + ".tmp";
   ::unlink(tmp.c_str());
   ::unlink((tmp + kLmdbLockSuffix).c_str());
   LmdbEnv out;
   KILN_RETURN_IF_ERROR(out.OpenForWrite(tmp, map_size));
   for (uint64_t done = 0; done < count;) {
-    const uint64_t n = std::min(per_commit, count - done);
+    uint64_t n = std::min(per_commit, count - done);
+    if (per_commit == 0) {
+      uint64_t bytes = 0;
+      for (n = 0; done + n < count && bytes < commit_bytes; ++n) {
+        MDB_val v;
+        KILN_RETURN_IF_ERROR(value_of(first + done + n, &v));
+        bytes += v.mv_size;
+      }
+    }
     KILN_RETURN_IF_ERROR(CommitBatch(&out, first + done, n, value_of));
     done += n;
   }
@@ -123,7 +137,10 @@ Status DigestOfShard(const LmdbEnv& env, std::string* digest) {
   KILN_RETURN_IF_ERROR(txn.Begin(env, true));
   ShardDigest d;
   KILN_RETURN_IF_ERROR(ForEachRecord(env, txn, [&](const MDB_val&, const MDB_val& v) {
-    if (v.mv_size >= kRecordHeaderSize) d.Add(static_cast<const uint8_t*>(v.mv_data) + kChecksumOffset);
+    const uint8_t* value = static_cast<const uint8_t*>(v.mv_data);
+    const size_t at = StoredChecksumOffset(value, v.mv_size);
+    if (v.mv_size >= (at == kChecksumOffsetV2 ? kRecordV2HeaderSize : kRecordHeaderSize))
+      d.Add(value + at);
     return true;
   }));
   *digest = d.Hex();
@@ -139,8 +156,17 @@ bool Exists(const std::string& path) {
 class CacheWriter::Impl {
  public:
   Impl(WriterOptions o, std::string dir) : opt_(std::move(o)), dir_(std::move(dir)) {
-    record_bytes_ = opt_.shape.NumElements() * DTypeSize(opt_.dtype);
+    v2_ = !opt_.fields.empty();
     next_ = opt_.first_index;
+    if (v2_) {
+      max_dims_.assign(opt_.fields.size(), {});
+      for (size_t f = 0; f < opt_.fields.size(); ++f)
+        for (int i = 0; i < opt_.fields[f].ndim; ++i)
+          if (opt_.fields[f].dims[i] != FieldSpec::kVariableDim)
+            max_dims_[f][i] = static_cast<uint32_t>(opt_.fields[f].dims[i]);
+      return;  // pending_ grows to the largest commit's bytes
+    }
+    record_bytes_ = opt_.shape.NumElements() * DTypeSize(opt_.dtype);
     // Sized once: the records of one commit, reused for every commit.
     pending_.resize(PerCommit() * (kRecordHeaderSize + record_bytes_));
   }
@@ -181,6 +207,7 @@ class CacheWriter::Impl {
       info.file = ShardFileName(s);
       info.first = next_;
       ShardDigest digest;
+      uint64_t scanned_bytes = 0;  // what shard_bytes_ counts
       LmdbTxn txn;
       KILN_RETURN_IF_ERROR(txn.Begin(env_, true));
       Status st;
@@ -193,7 +220,12 @@ class CacheWriter::Impl {
         } else {
           st = DecodeRecordHeader(idx, static_cast<uint8_t*>(v.mv_data), v.mv_size, &h)
                    .WithContext(path);
-          if (st.ok() && (h.dtype != opt_.dtype || h.shape != opt_.shape))
+          if (st.ok() && v2_) {
+            st = AdmitStored(path, idx, h);
+          } else if (st.ok() && h.version != kRecordVersion) {
+            st = Status::InvalidArgument(path + ": holds version " + std::to_string(h.version) +
+                                         " records, this build writes version 1");
+          } else if (st.ok() && (h.dtype != opt_.dtype || h.shape != opt_.shape))
             st = Status::InvalidArgument(path + ": holds " + DTypeName(h.dtype) + " " +
                                          h.shape.ToString() + " records, this build writes " +
                                          DTypeName(opt_.dtype) + " " + opt_.shape.ToString());
@@ -202,6 +234,7 @@ class CacheWriter::Impl {
         digest.Add(h.checksum);
         ++next_;
         ++info.count;
+        scanned_bytes += v2_ ? v.mv_size : record_bytes_;
         return true;
       });
       KILN_RETURN_IF_ERROR(st);
@@ -219,7 +252,7 @@ class CacheWriter::Impl {
         cur_ = info;
         digest_ = digest;
         shard_index_ = s;
-        shard_bytes_ = info.count * record_bytes_;
+        shard_bytes_ = scanned_bytes;
       }
     }
     return Status::OK();
@@ -274,6 +307,78 @@ class CacheWriter::Impl {
     return Status::OK();
   }
 
+  // A version 2 record (opened with fields).
+  Status AppendFields(uint64_t index, const FieldData* fields, int n) {
+    if (!v2_)
+      return Status::InvalidArgument("writer: opened for version 1 records (no fields declared); "
+                                     "use Append");
+    if (index != next_)
+      return Status::InvalidArgument("record " + std::to_string(index) +
+                                     " appended out of order; expected " + std::to_string(next_));
+    if (n != static_cast<int>(opt_.fields.size()))
+      return Status::InvalidArgument("record " + std::to_string(index) + " has " +
+                                     std::to_string(n) + " fields, the cache declares " +
+                                     std::to_string(opt_.fields.size()));
+    for (int f = 0; f < n; ++f) {
+      const FieldSpec& spec = opt_.fields[f];
+      const FieldData& d = fields[f];
+      uint64_t elements = 1;
+      bool bounded = d.shape.ndim >= 0 && d.shape.ndim <= kMaxDims;
+      for (int i = 0; bounded && i < d.shape.ndim; ++i) {
+        // A dim may be 0 (an empty field: no boxes in this image).
+        bounded = d.shape.dims[i] == 0 || elements <= kMaxRecordElements / d.shape.dims[i];
+        if (bounded) elements *= d.shape.dims[i];
+      }
+      if (!bounded || !spec.Admits(d.dtype, d.shape))
+        return Status::InvalidArgument("record " + std::to_string(index) + ", field '" +
+                                       spec.name + "': " + DTypeName(d.dtype) + " " +
+                                       d.shape.ToString() + " does not fit its declaration " +
+                                       DTypeName(spec.dtype) + " " + spec.ShapeText());
+      if (d.data == nullptr && elements > 0)
+        return Status::InvalidArgument("record " + std::to_string(index) + ", field '" +
+                                       spec.name + "': no data");
+    }
+    const uint64_t size = RecordV2Size(fields, n);
+    if (shard_bytes_ > 0 && shard_bytes_ + size > opt_.shard_size) {
+      KILN_RETURN_IF_ERROR(RollOver());
+    }
+    const uint64_t at = pending_used_;
+    if (pending_.size() < at + size) pending_.resize(at + size);
+    EncodeRecordV2(index, fields, n, pending_.data() + at);
+    pending_offsets_.push_back(at);
+    pending_used_ += size;
+    for (int f = 0; f < n; ++f)
+      for (int i = 0; i < fields[f].shape.ndim; ++i)
+        max_dims_[f][i] = std::max(max_dims_[f][i], fields[f].shape.dims[i]);
+    pending_first_ = pending_count_ == 0 ? index : pending_first_;
+    ++pending_count_;
+    ++next_;
+    shard_bytes_ += size;
+    if (pending_used_ >= opt_.commit_bytes) return CommitPending();
+    return Status::OK();
+  }
+
+  // A stored version 2 record found on resume: one of the declared fields'
+  // (its sizes count towards the fields' largest).
+  Status AdmitStored(const std::string& path, uint64_t idx, const RecordHeader& h) {
+    if (h.version != kRecordVersion2 || h.num_fields != static_cast<int>(opt_.fields.size()))
+      return Status::InvalidArgument(path + ": record " + std::to_string(idx) +
+                                     " is not a record of the fields this writer declares; "
+                                     "cannot resume");
+    for (int f = 0; f < h.num_fields; ++f) {
+      const FieldEntry& e = h.fields[f];
+      if (!opt_.fields[f].Admits(e.dtype, e.shape))
+        return Status::InvalidArgument(path + ": record " + std::to_string(idx) + ", field '" +
+                                       opt_.fields[f].name + "' is " + DTypeName(e.dtype) + " " +
+                                       e.shape.ToString() + ", this writer declares " +
+                                       DTypeName(opt_.fields[f].dtype) + " " +
+                                       opt_.fields[f].ShapeText() + "; cannot resume");
+      for (int i = 0; i < e.shape.ndim; ++i)
+        max_dims_[f][i] = std::max(max_dims_[f][i], e.shape.dims[i]);
+    }
+    return Status::OK();
+  }
+
   // An explicit commit (CacheWriter::Commit): durable now, but off the
   // regular cadence, so the shard is rewritten canonically at its end.
   Status Commit() {
@@ -288,26 +393,48 @@ class CacheWriter::Impl {
 
   Status CommitPending() {
     if (pending_count_ == 0) return Status::OK();
+    if (v2_) return CommitPendingV2();
     const size_t stride = kRecordHeaderSize + record_bytes_;
     KILN_RETURN_IF_ERROR(CommitBatch(&env_, pending_first_, pending_count_,
                                      [&](uint64_t i, MDB_val* v) {
                                        *v = MDB_val{stride, pending_.data() + (i - pending_first_) * stride};
                                        return Status::OK();
                                      }));
-    if (opt_.sync_commits) {
-      KILN_RETURN_IF_ERROR(LmdbStatus(mdb_env_sync(env_.env(), 1), env_.path()));
-    } else {
-      // Start writing the committed pages back now, without waiting, so that
-      // the one fsync at the end of the shard has little left to do.
-      mdb_filehandle_t fd;
-      if (mdb_env_get_fd(env_.env(), &fd) == MDB_SUCCESS)
-        (void)::sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
-    }
+    KILN_RETURN_IF_ERROR(AfterCommit());
     for (uint64_t r = 0; r < pending_count_; ++r) {
       digest_.Add(pending_.data() + r * stride + kChecksumOffset);
     }
     cur_.count += pending_count_;
     pending_count_ = 0;
+    return Status::OK();
+  }
+
+  // After a commit: the fsync of sync_commits, or else the start of the
+  // committed pages' write-back, without waiting, so that the one fsync at
+  // the end of the shard has little left to do.
+  Status AfterCommit() {
+    if (opt_.sync_commits) return LmdbStatus(mdb_env_sync(env_.env(), 1), env_.path());
+    mdb_filehandle_t fd;
+    if (mdb_env_get_fd(env_.env(), &fd) == MDB_SUCCESS)
+      (void)::sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+    return Status::OK();
+  }
+
+  Status CommitPendingV2() {
+    pending_offsets_.push_back(pending_used_);  // the end of the last
+    Status st = CommitBatch(&env_, pending_first_, pending_count_, [&](uint64_t i, MDB_val* v) {
+      const uint64_t r = i - pending_first_;
+      *v = MDB_val{pending_offsets_[r + 1] - pending_offsets_[r], pending_.data() + pending_offsets_[r]};
+      return Status::OK();
+    });
+    pending_offsets_.pop_back();
+    KILN_RETURN_IF_ERROR(st);
+    KILN_RETURN_IF_ERROR(AfterCommit());
+    for (uint64_t off : pending_offsets_) digest_.Add(pending_.data() + off + kChecksumOffsetV2);
+    cur_.count += pending_count_;
+    pending_count_ = 0;
+    pending_used_ = 0;
+    pending_offsets_.clear();
     return Status::OK();
   }
 
@@ -320,13 +447,14 @@ class CacheWriter::Impl {
       LmdbTxn rd;
       KILN_RETURN_IF_ERROR(rd.Begin(env_, true));
       Status s = WriteShardCanonically(
-          path + ".canonical", InitialMapSize(), PerCommit(), info->first, info->count,
+          path + ".canonical", InitialMapSize(), v2_ ? 0 : PerCommit(), info->first, info->count,
           [&](uint64_t i, MDB_val* v) {
             uint8_t key[kKeySize];
             EncodeKey(i, key);
             MDB_val k{kKeySize, key};
             return LmdbStatus(mdb_get(rd.get(), env_.dbi(), &k, v), path + ": record " + std::to_string(i));
-          });
+          },
+          opt_.commit_bytes);
       rd.Abort();
       KILN_RETURN_IF_ERROR(s);
       env_.Close();
@@ -358,15 +486,29 @@ class CacheWriter::Impl {
     // A shard left by an earlier, longer attempt must not linger.
     for (int i = shard_index_ + 1; Exists(dir_ + "/" + ShardFileName(i)); ++i)
       ::unlink((dir_ + "/" + ShardFileName(i)).c_str());
-    meta->format_version = kFormatVersion;
     meta->kiln_version = KilnVersion();
     meta->count = next_ - opt_.first_index;
     meta->first_index = opt_.first_index;
-    meta->dtype = opt_.dtype;
-    meta->shape = opt_.shape;
     meta->shards = done_;
     meta->initial_map_size = InitialMapSize();
-    meta->commit_records = PerCommit();
+    if (v2_) {
+      meta->format_version = kFormatVersion2;
+      meta->fields = opt_.fields;
+      for (size_t f = 0; f < meta->fields.size(); ++f) meta->fields[f].max_dims = max_dims_[f];
+      KILN_RETURN_IF_ERROR(CheckFieldSpecs(meta->fields, opt_.label_field, dir_, &meta->image_field,
+                                           &meta->label_field));
+      const FieldSpec& image = meta->fields[meta->image_field];
+      meta->dtype = image.dtype;
+      meta->shape = image.fixed() ? image.FixedShape() : Shape{};
+      meta->commit_records = 0;
+      meta->commit_bytes = opt_.commit_bytes;
+    } else {
+      meta->format_version = kFormatVersion;
+      meta->dtype = opt_.dtype;
+      meta->shape = opt_.shape;
+      SetFormat1Fields(meta);
+      meta->commit_records = PerCommit();
+    }
     return WriteManifest(dir_, *meta);
   }
 
@@ -386,6 +528,12 @@ class CacheWriter::Impl {
   std::vector<uint8_t> pending_;
   uint64_t pending_first_ = 0;
   uint64_t pending_count_ = 0;
+  // Version 2: where each pending record starts in pending_, and the bytes
+  // pending_ holds; the largest size each field's dims took.
+  bool v2_ = false;
+  std::vector<uint64_t> pending_offsets_;
+  uint64_t pending_used_ = 0;
+  std::vector<std::array<uint32_t, kMaxDims>> max_dims_;
   uint64_t next_ = 0;
   bool noncanonical_ = false;  // the current shard saw an explicit Commit
 };
@@ -402,6 +550,9 @@ Status RewriteRecords(const std::string& dir, const std::vector<RecordFix>& fixe
   Manifest m;
   KILN_RETURN_IF_ERROR(ReadManifest(dir, &m));
   const uint64_t bytes = m.shape.NumElements() * DTypeSize(m.dtype);
+  if (m.format_version == kFormatVersion2)
+    return Status::NotSupported(dir + ": rewriting records of a format 2 cache is not supported "
+                                "yet; write it again");
   if (m.commit_records == 0 || m.initial_map_size == 0)
     return Status::NotSupported(dir + ": the manifest does not record the writer's layout (a cache "
                                 "from an older kiln); rebuild it instead of repairing");
@@ -466,6 +617,18 @@ CacheWriter::~CacheWriter() = default;
 
 Status CacheWriter::Open(const WriterOptions& options, const std::string& dir,
                          std::unique_ptr<CacheWriter>* out) {
+  if (!options.fields.empty()) {
+    int image = 0, label = -1;
+    KILN_RETURN_IF_ERROR(
+        CheckFieldSpecs(options.fields, options.label_field, "writer", &image, &label));
+    if (options.shard_size == 0) return Status::InvalidArgument("writer: shard size must be > 0");
+    if (options.commit_bytes == 0)
+      return Status::InvalidArgument("writer: commit_bytes must be > 0");
+    auto impl = std::make_unique<Impl>(options, dir);
+    KILN_RETURN_IF_ERROR(impl->Init());
+    out->reset(new CacheWriter(std::move(impl)));
+    return Status::OK();
+  }
   if (options.shape.ndim < 1 || options.shape.ndim > kMaxDims || options.shape.NumElements() == 0)
     return Status::InvalidArgument("writer: record shape must have 1.." +
                                    std::to_string(kMaxDims) + " nonzero dims");
@@ -480,6 +643,9 @@ Status CacheWriter::Open(const WriterOptions& options, const std::string& dir,
 uint64_t CacheWriter::next_index() const { return impl_->next(); }
 Status CacheWriter::Append(uint64_t index, int64_t label, const void* payload) {
   return impl_->Append(index, label, payload);
+}
+Status CacheWriter::AppendFields(uint64_t index, const FieldData* fields, int n) {
+  return impl_->AppendFields(index, fields, n);
 }
 Status CacheWriter::Commit() { return impl_->Commit(); }
 Status CacheWriter::Finish(Manifest* meta) {

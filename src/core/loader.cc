@@ -77,6 +77,9 @@ class Loader::Impl {
     // Transactions are made here, not in the workers: a worker that starts
     // late (on a busy machine) must not allocate after warm-up.
     for (int i = 0; i < opt_.workers; ++i) txns_.push_back(reader_->BeginRead());
+    // What ReadTxn::Read keeps besides the image payload: a record's header
+    // and its other fields.
+    headers_.assign(opt_.workers, std::vector<uint8_t>(reader_->read_header_bytes()));
     ra_budget_ = opt_.readahead_bytes == kAutoReadAhead ? DefaultReadAheadBytes()
                                                         : opt_.readahead_bytes;
     if (ra_budget_ > 0) {
@@ -237,7 +240,7 @@ class Loader::Impl {
     std::string fault;
     const bool finished = GuardedRead(
         [&] {
-          uint8_t header[kRecordHeaderSize];
+          uint8_t* header = headers_[worker].data();
           for (uint64_t j = 0; j < count; ++j) {
             const uint64_t idx = order_[first + j];
             reading = idx;
@@ -427,6 +430,7 @@ class Loader::Impl {
   std::vector<BatchSlot> slots_;
   size_t elem_ = 1;
   Shape in_shape_, out_shape_;
+  std::vector<std::vector<uint8_t>> headers_;  // per worker, for ReadTxn::Read
   uint64_t sample_bytes_ = 0, per_rank_ = 0, batches_ = 0;
 
   mutable std::mutex mu_;
@@ -458,6 +462,16 @@ class Loader::Impl {
 
 Status LoaderOutputShape(const Manifest& m, const LoaderOptions& o, Shape* out) {
   *out = m.shape;
+  const FieldSpec* image = m.fields.empty() ? nullptr : &m.fields[m.image_field];
+  if (image != nullptr && !image->fixed())
+    return Status::InvalidArgument(
+        "loader: the cache's '" + image->name + "' field varies in size from record to record (" +
+        image->ShapeText() + "): batching it needs an output geometry (a resize and crop to one size), which this loader cannot "
+        "apply yet; read such a cache record by record with kiln.Cache");
+  if (!IsPixelDType(m.dtype))
+    return Status::InvalidArgument(std::string("loader: the cache's image field is ") +
+                                   DTypeName(m.dtype) + "; the loader batches uint8, float16 or "
+                                   "float32 images");
   if (o.crop == 0 && !o.random_flip) return Status::OK();
   if (m.shape.ndim != 3)
     return Status::InvalidArgument("loader: crop/flip need CHW records, the cache holds " +

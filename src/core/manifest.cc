@@ -27,6 +27,94 @@ namespace kiln {
 
 using nlohmann::json;
 
+bool FieldSpec::fixed() const {
+  for (int i = 0; i < ndim; ++i)
+    if (dims[i] == kVariableDim) return false;
+  return true;
+}
+
+Shape FieldSpec::FixedShape() const {
+  Shape s;
+  s.ndim = ndim;
+  for (int i = 0; i < ndim; ++i) s.dims[i] = static_cast<uint32_t>(dims[i]);
+  return s;
+}
+
+std::string FieldSpec::ShapeText() const {
+  if (ndim == 0) return "()";
+  std::string t;
+  for (int i = 0; i < ndim; ++i) {
+    if (i) t += "x";
+    t += dims[i] == kVariableDim ? std::string("?") : std::to_string(dims[i]);
+  }
+  return t;
+}
+
+bool FieldSpec::Admits(DType d, const Shape& s) const {
+  if (d != dtype || s.ndim != ndim) return false;
+  for (int i = 0; i < ndim; ++i)
+    if (dims[i] != kVariableDim && static_cast<int64_t>(s.dims[i]) != dims[i]) return false;
+  return true;
+}
+
+namespace {
+// The bytes [offset, offset + n) of a value held in up to three pieces, or
+// nullptr when they straddle two pieces (a reader never splits a field).
+const uint8_t* ValueBytes(uint64_t offset, uint64_t n, const uint8_t* head, size_t head_len,
+                          const uint8_t* mid, size_t mid_len, const uint8_t* tail) {
+  if (offset + n <= head_len) return head + offset;
+  if (offset >= head_len && offset + n <= head_len + mid_len) return mid + (offset - head_len);
+  if (offset >= head_len + mid_len && tail != nullptr) return tail + (offset - head_len - mid_len);
+  return nullptr;
+}
+}  // namespace
+
+Status ResolveRecord(const Manifest& m, uint64_t index, const uint8_t* head, size_t head_len,
+                     const uint8_t* mid, size_t mid_len, const uint8_t* tail, RecordHeader* h) {
+  auto name = [index] { return "record " + std::to_string(index); };
+  const bool v2 = m.format_version == kFormatVersion2;
+  if (h->version != (v2 ? kRecordVersion2 : kRecordVersion))
+    return Status::Corruption(name() + " is a version " + std::to_string(h->version) +
+                              " record in a format " + std::to_string(m.format_version) +
+                              " cache");
+  if (!v2) return CheckRecordAgainstManifest(m, index, *h);
+  if (h->num_fields != static_cast<int>(m.fields.size()))
+    return Status::Corruption(name() + " has " + std::to_string(h->num_fields) +
+                              " fields, the manifest declares " + std::to_string(m.fields.size()));
+  for (int f = 0; f < h->num_fields; ++f) {
+    const FieldEntry& e = h->fields[f];
+    const FieldSpec& spec = m.fields[f];
+    if (!spec.Admits(e.dtype, e.shape))
+      return Status::Corruption(name() + ", field '" + spec.name + "' is " + DTypeName(e.dtype) +
+                                " " + e.shape.ToString() + ", the manifest says " +
+                                DTypeName(spec.dtype) + " " + spec.ShapeText());
+  }
+  const FieldEntry& image = h->fields[m.image_field];
+  h->dtype = image.dtype;
+  h->shape = image.shape;
+  h->payload_bytes = image.bytes;
+  h->label = -1;
+  if (m.label_field >= 0) {
+    const FieldEntry& e = h->fields[m.label_field];
+    const uint8_t* p = ValueBytes(e.offset, e.bytes, head, head_len, mid, mid_len, tail);
+    if (p == nullptr)
+      return Status::InvalidArgument(name() + ": the label field was not read");
+    if (e.dtype == DType::kInt64) {
+      int64_t v;
+      std::memcpy(&v, p, 8);
+      h->label = v;
+    } else {
+      int32_t v;
+      std::memcpy(&v, p, 4);
+      h->label = v;
+    }
+    if (!m.classes.empty() && (h->label < 0 || h->label >= static_cast<int64_t>(m.classes.size())))
+      return Status::Corruption(name() + " has label " + std::to_string(h->label) +
+                                ", outside the " + std::to_string(m.classes.size()) + " classes");
+  }
+  return Status::OK();
+}
+
 Status CheckRecordAgainstManifest(const Manifest& m, uint64_t index, const RecordHeader& h) {
   if (h.dtype != m.dtype || h.shape != m.shape)
     return Status::Corruption("record " + std::to_string(index) + " is " + DTypeName(h.dtype) +
@@ -86,14 +174,132 @@ std::string MetaDigest(const json& classes, const json& preprocessing) {
 }
 }  // namespace
 
+void SetFormat1Fields(Manifest* m) {
+  FieldSpec image;
+  image.name = "image";
+  image.dtype = m->dtype;
+  image.ndim = m->shape.ndim;
+  for (int i = 0; i < image.ndim; ++i) image.dims[i] = image.max_dims[i] = m->shape.dims[i];
+  FieldSpec label;
+  label.name = "label";
+  label.dtype = DType::kInt64;
+  m->fields = {image, label};
+  m->image_field = 0;
+  m->label_field = 1;
+}
+
+Status CheckFieldSpecs(const std::vector<FieldSpec>& fields, const std::string& label_field,
+                       const std::string& where, int* image_field, int* label_index) {
+  if (fields.empty() || fields.size() > static_cast<size_t>(kMaxFields))
+    return Status::InvalidArgument(where + ": a record needs 1.." + std::to_string(kMaxFields) +
+                                   " fields, not " + std::to_string(fields.size()));
+  std::set<std::string> names;
+  *image_field = 0;
+  *label_index = -1;
+  for (size_t f = 0; f < fields.size(); ++f) {
+    const FieldSpec& spec = fields[f];
+    if (spec.name.empty() || !names.insert(spec.name).second)
+      return Status::InvalidArgument(where + ": field name '" + spec.name +
+                                     "' is empty or given twice");
+    if (spec.ndim < 0 || spec.ndim > kMaxDims)
+      return Status::InvalidArgument(where + ": field '" + spec.name + "' has " +
+                                     std::to_string(spec.ndim) + " dims, at most " +
+                                     std::to_string(kMaxDims));
+    uint64_t elements = 1;
+    for (int i = 0; i < spec.ndim; ++i) {
+      const int64_t d = spec.dims[i];
+      if (d == FieldSpec::kVariableDim) continue;
+      if (d < 1 || d > UINT32_MAX || elements > kMaxRecordElements / static_cast<uint64_t>(d))
+        return Status::InvalidArgument(where + ": field '" + spec.name + "' has a bad shape " +
+                                       spec.ShapeText());
+      elements *= static_cast<uint64_t>(d);
+    }
+    if (spec.name == "image") *image_field = static_cast<int>(f);
+    if (!label_field.empty() && spec.name == label_field) *label_index = static_cast<int>(f);
+  }
+  if (!label_field.empty()) {
+    if (*label_index < 0)
+      return Status::InvalidArgument(where + ": label field '" + label_field +
+                                     "' is not one of the fields");
+    const FieldSpec& l = fields[*label_index];
+    if (l.ndim != 0 || (l.dtype != DType::kInt64 && l.dtype != DType::kInt32))
+      return Status::InvalidArgument(where + ": label field '" + label_field +
+                                     "' must be an int64 or int32 scalar, not " +
+                                     DTypeName(l.dtype) + " " + l.ShapeText());
+  }
+  return Status::OK();
+}
+
+namespace {
+// The "fields" and "label_field" of a format 2 manifest.
+Status FieldsFromJson(const json& j, const std::string& where, Manifest* m) {
+  const json& fields = j.at("fields");
+  if (!fields.is_array()) return Status::Corruption(where + ": \"fields\" is not a list");
+  if (fields.size() > static_cast<size_t>(kMaxFields))
+    return Status::Corruption(where + ": " + std::to_string(fields.size()) +
+                              " fields, at most " + std::to_string(kMaxFields));
+  for (size_t f = 0; f < fields.size(); ++f) {
+    const json& jf = fields[f];
+    const std::string at = "fields[" + std::to_string(f) + "]";
+    FieldSpec spec;
+    spec.name = jf.at("name").get<std::string>();
+    KILN_RETURN_IF_ERROR(
+        ParseDType(jf.at("dtype").get<std::string>(), &spec.dtype).WithContext(where + ": " + at));
+    const json& shape = jf.at("shape");
+    if (!shape.is_array() || shape.size() > static_cast<size_t>(kMaxDims))
+      return Status::Corruption(where + ": " + at + ".shape must be a list of at most " +
+                                std::to_string(kMaxDims) + " dims");
+    spec.ndim = static_cast<int>(shape.size());
+    const json max_shape = jf.value("max_shape", json::array());
+    for (int i = 0; i < spec.ndim; ++i) {
+      if (shape[i].is_null()) {
+        spec.dims[i] = FieldSpec::kVariableDim;
+      } else {
+        uint32_t d = 0;
+        KILN_RETURN_IF_ERROR(JsonInteger(shape[i], where, at + ".shape[" + std::to_string(i) + "]",
+                                         &d, uint32_t{1}));
+        spec.dims[i] = d;
+      }
+      if (static_cast<size_t>(i) < max_shape.size())
+        KILN_RETURN_IF_ERROR(JsonInteger(max_shape[i], where,
+                                         at + ".max_shape[" + std::to_string(i) + "]",
+                                         &spec.max_dims[i]));
+    }
+    m->fields.push_back(spec);
+  }
+  const std::string label = j.value("label_field", std::string());
+  Status st = CheckFieldSpecs(m->fields, label, where, &m->image_field, &m->label_field);
+  if (!st.ok()) return Status::Corruption(st.message());
+  const FieldSpec& image = m->fields[m->image_field];
+  m->dtype = image.dtype;
+  m->shape = image.fixed() ? image.FixedShape() : Shape{};
+  return Status::OK();
+}
+}  // namespace
+
 std::string ManifestToJson(const Manifest& m) {
   json j;
   j["format"] = "kiln-cache";
   j["format_version"] = m.format_version;
   j["kiln_version"] = m.kiln_version;
   j["count"] = m.count;
-  std::vector<uint32_t> dims(m.shape.dims.begin(), m.shape.dims.begin() + m.shape.ndim);
-  j["sample"] = {{"dtype", DTypeName(m.dtype)}, {"shape", dims}};
+  if (m.format_version == kFormatVersion2) {
+    json fields = json::array();
+    for (const FieldSpec& f : m.fields) {
+      json shape = json::array(), max_shape = json::array();
+      for (int i = 0; i < f.ndim; ++i) {
+        shape.push_back(f.dims[i] == FieldSpec::kVariableDim ? json(nullptr) : json(f.dims[i]));
+        max_shape.push_back(f.max_dims[i]);
+      }
+      fields.push_back({{"name", f.name}, {"dtype", DTypeName(f.dtype)}, {"shape", shape},
+                        {"max_shape", max_shape}});
+    }
+    j["fields"] = fields;
+    if (m.label_field >= 0) j["label_field"] = m.fields[m.label_field].name;
+  } else {
+    std::vector<uint32_t> dims(m.shape.dims.begin(), m.shape.dims.begin() + m.shape.ndim);
+    j["sample"] = {{"dtype", DTypeName(m.dtype)}, {"shape", dims}};
+  }
   j["classes"] = m.classes;
   json shards = json::array();
   for (const ShardInfo& s : m.shards)
@@ -102,6 +308,8 @@ std::string ManifestToJson(const Manifest& m) {
   j["shards"] = shards;
   if (m.commit_records > 0)
     j["layout"] = {{"initial_map_size", m.initial_map_size}, {"commit_records", m.commit_records}};
+  else if (m.commit_bytes > 0)
+    j["layout"] = {{"initial_map_size", m.initial_map_size}, {"commit_bytes", m.commit_bytes}};
   if (m.is_part())
     j["part"] = {{"index", m.part_index}, {"of", m.part_count}, {"first", m.first_index}};
   j["preprocessing"] = json::parse(m.preprocessing.ToJson());
@@ -124,37 +332,51 @@ Status ManifestFromJson(const std::string& text, const std::string& where, Manif
     Manifest m;
     KILN_RETURN_IF_ERROR(
         JsonInteger(j.at("format_version"), where, "format_version", &m.format_version));
-    if (m.format_version != kFormatVersion)
+    if (m.format_version != kFormatVersion && m.format_version != kFormatVersion2)
       return Status::Corruption(where + ": format version " + std::to_string(m.format_version) +
-                                ", this kiln reads version " + std::to_string(kFormatVersion));
+                                ", this kiln reads versions " + std::to_string(kFormatVersion) +
+                                " and " + std::to_string(kFormatVersion2) +
+                                "; use a newer kiln");
     m.kiln_version = j.value("kiln_version", std::string());
     KILN_RETURN_IF_ERROR(JsonInteger(j.at("count"), where, "count", &m.count));
-    const json& sample = j.at("sample");
-    KILN_RETURN_IF_ERROR(ParseDType(sample.at("dtype").get<std::string>(), &m.dtype)
-                             .WithContext(where));
-    const json& dims = sample.at("shape");
-    if (!dims.is_array() || dims.empty() || dims.size() > static_cast<size_t>(kMaxDims))
-      return Status::Corruption(where + ": sample shape must have 1.." + std::to_string(kMaxDims) +
-                                " dims");
-    m.shape.ndim = static_cast<int>(dims.size());
-    uint64_t elements = 1;
-    for (size_t i = 0; i < dims.size(); ++i) {
-      uint32_t& d = m.shape.dims[i];
-      KILN_RETURN_IF_ERROR(
-          JsonInteger(dims[i], where, "sample.shape[" + std::to_string(i) + "]", &d, uint32_t{1}));
-      // As DecodeRecordHeader bounds a record's shape: no overflow.
-      if (elements > kMaxRecordElements / d)
-        return Status::Corruption(where + ": sample shape " + dims.dump() + " holds over " +
-                                  std::to_string(kMaxRecordElements) + " elements");
-      elements *= d;
+    if (m.format_version == kFormatVersion2) {
+      KILN_RETURN_IF_ERROR(FieldsFromJson(j, where, &m));
+    } else {
+      const json& sample = j.at("sample");
+      KILN_RETURN_IF_ERROR(ParseDType(sample.at("dtype").get<std::string>(), &m.dtype)
+                               .WithContext(where));
+      if (!IsPixelDType(m.dtype))
+        return Status::Corruption(where + ": sample dtype " + DTypeName(m.dtype) +
+                                  " in a format 1 cache (uint8, float16 or float32 only)");
+      const json& dims = sample.at("shape");
+      if (!dims.is_array() || dims.empty() || dims.size() > static_cast<size_t>(kMaxDims))
+        return Status::Corruption(where + ": sample shape must have 1.." +
+                                  std::to_string(kMaxDims) + " dims");
+      m.shape.ndim = static_cast<int>(dims.size());
+      uint64_t elements = 1;
+      for (size_t i = 0; i < dims.size(); ++i) {
+        uint32_t& d = m.shape.dims[i];
+        KILN_RETURN_IF_ERROR(JsonInteger(dims[i], where, "sample.shape[" + std::to_string(i) + "]",
+                                         &d, uint32_t{1}));
+        // As DecodeRecordHeader bounds a record's shape: no overflow.
+        if (elements > kMaxRecordElements / d)
+          return Status::Corruption(where + ": sample shape " + dims.dump() + " holds over " +
+                                    std::to_string(kMaxRecordElements) + " elements");
+        elements *= d;
+      }
+      SetFormat1Fields(&m);
     }
     m.classes = j.value("classes", std::vector<std::string>());
     if (j.contains("layout")) {
       const json& layout = j.at("layout");
       KILN_RETURN_IF_ERROR(JsonInteger(layout.at("initial_map_size"), where,
                                        "layout.initial_map_size", &m.initial_map_size));
-      KILN_RETURN_IF_ERROR(JsonInteger(layout.at("commit_records"), where, "layout.commit_records",
-                                       &m.commit_records));
+      if (layout.contains("commit_bytes"))
+        KILN_RETURN_IF_ERROR(JsonInteger(layout.at("commit_bytes"), where, "layout.commit_bytes",
+                                         &m.commit_bytes));
+      else
+        KILN_RETURN_IF_ERROR(JsonInteger(layout.at("commit_records"), where,
+                                         "layout.commit_records", &m.commit_records));
     }
     if (j.contains("part")) {
       const json& part = j.at("part");
@@ -244,6 +466,15 @@ std::vector<std::string> PreprocessingDifferences(const Manifest& a, const Manif
   };
   if (shape_text(a.shape) != shape_text(b.shape))
     out.push_back("record shape: " + shape_text(a.shape) + " vs " + shape_text(b.shape));
+  auto fields_text = [](const Manifest& m) {
+    std::string t;
+    for (const FieldSpec& f : m.fields)
+      t += (t.empty() ? "" : ", ") + f.name + " " + DTypeName(f.dtype) + " " + f.ShapeText();
+    return t;
+  };
+  if ((a.format_version == kFormatVersion2 || b.format_version == kFormatVersion2) &&
+      fields_text(a) != fields_text(b))
+    out.push_back("fields: " + fields_text(a) + " vs " + fields_text(b));
   for (std::string& d : TensorRecipeDifferences(a.preprocessing, b.preprocessing))
     out.push_back(std::move(d));
   return out;

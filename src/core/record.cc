@@ -36,6 +36,8 @@ size_t DTypeSize(DType dtype) {
     case DType::kUint8: return 1;
     case DType::kFloat16: return 2;
     case DType::kFloat32: return 4;
+    case DType::kInt32: return 4;
+    case DType::kInt64: return 8;
   }
   return 0;
 }
@@ -45,21 +47,33 @@ const char* DTypeName(DType dtype) {
     case DType::kUint8: return "uint8";
     case DType::kFloat16: return "float16";
     case DType::kFloat32: return "float32";
+    case DType::kInt32: return "int32";
+    case DType::kInt64: return "int64";
   }
   return "unknown";
 }
 
-bool IsValidDType(uint8_t code) { return code >= 1 && code <= 3; }
+bool IsValidDType(uint8_t code) { return code >= 1 && code <= 5; }
+
+bool IsPixelDType(DType d) {
+  return d == DType::kUint8 || d == DType::kFloat16 || d == DType::kFloat32;
+}
 
 Status ParseDType(const std::string& name, DType* out) {
-  for (DType d : {DType::kUint8, DType::kFloat16, DType::kFloat32}) {
+  for (DType d : {DType::kUint8, DType::kFloat16, DType::kFloat32, DType::kInt32, DType::kInt64}) {
     if (name == DTypeName(d)) {
       *out = d;
       return Status::OK();
     }
   }
   return Status::InvalidArgument("unknown dtype '" + name +
-                                 "' (expected uint8, float16 or float32)");
+                                 "' (expected uint8, float16, float32, int32 or int64)");
+}
+
+uint64_t FieldElements(const Shape& s) {
+  uint64_t n = 1;
+  for (int i = 0; i < s.ndim; ++i) n *= s.dims[i];
+  return n;
 }
 
 uint64_t Shape::NumElements() const {
@@ -119,7 +133,128 @@ void EncodeRecordHeader(uint64_t index, DType dtype, const Shape& shape, int64_t
   PutU64(h + 40, RecordChecksum(index, h, payload, bytes));
 }
 
+size_t RecordV2TableEnd(int n) { return kRecordV2HeaderSize + kFieldEntrySize * n; }
+
+namespace {
+uint64_t AlignField(uint64_t offset) { return (offset + kFieldAlign - 1) / kFieldAlign * kFieldAlign; }
+
+// Version 2's part of DecodeRecordHeader (magic and version checked).
+Status DecodeRecordV2(uint64_t index, const uint8_t* v, size_t size, RecordHeader* out) {
+  // Messages are built only on failure: decoding allocates nothing.
+  auto name = [index] { return RecordName(index); };
+  if (size < kRecordV2HeaderSize)
+    return Status::Corruption(name() + ": value of " + std::to_string(size) +
+                              " bytes is shorter than the version 2 header");
+  const int n = GetU16(v + 6);
+  if (n < 1 || n > kMaxFields)
+    return Status::Corruption(name() + ": " + std::to_string(n) + " fields, outside 1.." +
+                              std::to_string(kMaxFields));
+  out->version = kRecordVersion2;
+  out->checksum = GetU64(v + 8);
+  out->value_bytes = GetU64(v + 16);
+  if (out->value_bytes != size)
+    return Status::Corruption(name() + ": value holds " + std::to_string(size) +
+                              " bytes, its header says " + std::to_string(out->value_bytes));
+  if (GetU64(v + 24) != 0) return Status::Corruption(name() + ": reserved header bytes not zero");
+  if (size < RecordV2TableEnd(n))
+    return Status::Corruption(name() + ": value of " + std::to_string(size) +
+                              " bytes ends inside its table of " + std::to_string(n) + " fields");
+  uint64_t end = RecordV2TableEnd(n);  // where the previous field ended
+  for (int f = 0; f < n; ++f) {
+    const uint8_t* e = v + kRecordV2HeaderSize + kFieldEntrySize * f;
+    auto field = [index, f] { return RecordName(index) + ", field " + std::to_string(f); };
+    if (!IsValidDType(e[0]))
+      return Status::Corruption(field() + ": unknown dtype code " + std::to_string(e[0]));
+    FieldEntry& fe = out->fields[f];
+    fe.dtype = static_cast<DType>(e[0]);
+    const int ndim = e[1];
+    if (ndim > kMaxDims)
+      return Status::Corruption(field() + ": ndim " + std::to_string(ndim) + " above " +
+                                std::to_string(kMaxDims));
+    for (int i = 2; i < 8; ++i)
+      if (e[i] != 0) return Status::Corruption(field() + ": reserved entry bytes not zero");
+    fe.shape.ndim = ndim;
+    uint64_t elements = 1;
+    for (int i = 0; i < kMaxDims; ++i) {
+      const uint32_t d = GetU32(e + 8 + 4 * i);
+      if (i < ndim) {
+        // A field may be empty (no boxes in this image): a dim of 0.
+        if (d > 0 && elements > kMaxRecordElements / d)
+          return Status::Corruption(field() + ": shape too large");
+        elements *= d;
+      } else if (d != 0) {
+        return Status::Corruption(field() + ": nonzero dim past ndim");
+      }
+      fe.shape.dims[i] = i < ndim ? d : 0;
+    }
+    fe.bytes = elements * DTypeSize(fe.dtype);
+    fe.offset = GetU64(e + 24);
+    if (fe.offset != AlignField(end))
+      return Status::Corruption(field() + ": payload offset " + std::to_string(fe.offset) +
+                                ", expected " + std::to_string(AlignField(end)) +
+                                " (the field table is damaged)");
+    // end <= size here, and fe.bytes < 2^43: no overflow.
+    if (fe.offset > size || fe.bytes > size - fe.offset)
+      return Status::Corruption(field() + ": payload of " + std::to_string(fe.bytes) +
+                                " bytes at offset " + std::to_string(fe.offset) +
+                                " runs past the value's " + std::to_string(size) + " bytes");
+    end = fe.offset + fe.bytes;
+  }
+  if (end != size)
+    return Status::Corruption(name() + ": value holds " + std::to_string(size) +
+                              " bytes, its fields end at " + std::to_string(end));
+  out->num_fields = n;
+  out->dtype = out->fields[0].dtype;
+  out->shape = out->fields[0].shape;
+  out->payload_bytes = out->fields[0].bytes;
+  out->label = -1;
+  return Status::OK();
+}
+}  // namespace
+
+uint64_t RecordV2Size(const FieldData* fields, int n) {
+  uint64_t end = RecordV2TableEnd(n);
+  for (int f = 0; f < n; ++f)
+    end = AlignField(end) + FieldElements(fields[f].shape) * DTypeSize(fields[f].dtype);
+  return end;
+}
+
+void EncodeRecordV2(uint64_t index, const FieldData* fields, int n, uint8_t* v) {
+  std::memset(v, 0, RecordV2TableEnd(n));
+  PutU32(v, kRecordMagic);
+  PutU16(v + 4, kRecordVersion2);
+  PutU16(v + 6, static_cast<uint16_t>(n));
+  uint64_t end = RecordV2TableEnd(n);
+  for (int f = 0; f < n; ++f) {
+    uint8_t* e = v + kRecordV2HeaderSize + kFieldEntrySize * f;
+    const FieldData& fd = fields[f];
+    e[0] = static_cast<uint8_t>(fd.dtype);
+    e[1] = static_cast<uint8_t>(fd.shape.ndim);
+    for (int i = 0; i < kMaxDims; ++i) PutU32(e + 8 + 4 * i, i < fd.shape.ndim ? fd.shape.dims[i] : 0);
+    const uint64_t offset = AlignField(end);
+    PutU64(e + 24, offset);
+    std::memset(v + end, 0, offset - end);
+    const uint64_t bytes = FieldElements(fd.shape) * DTypeSize(fd.dtype);
+    if (bytes > 0) std::memcpy(v + offset, fd.data, bytes);
+    end = offset + bytes;
+  }
+  PutU64(v + 16, end);
+  XXH3_state_t state;
+  XXH3_INITSTATE(&state);
+  XXH3_64bits_reset_withSeed(&state, index);
+  XXH3_64bits_update(&state, v, kChecksumOffsetV2);
+  XXH3_64bits_update(&state, v + 16, end - 16);
+  PutU64(v + kChecksumOffsetV2, XXH3_64bits_digest(&state));
+}
+
+size_t StoredChecksumOffset(const uint8_t* v, size_t size) {
+  if (size >= kRecordV2HeaderSize && GetU16(v + 4) == kRecordVersion2) return kChecksumOffsetV2;
+  return kChecksumOffset;
+}
+
 Status DecodeRecordHeader(uint64_t index, const uint8_t* v, size_t size, RecordHeader* out) {
+  if (size >= 6 && GetU32(v) == kRecordMagic && GetU16(v + 4) == kRecordVersion2)
+    return DecodeRecordV2(index, v, size, out);
   if (size < kRecordHeaderSize)
     return Status::Corruption(RecordName(index) + ": value of " + std::to_string(size) +
                               " bytes is shorter than the " +
@@ -129,8 +264,9 @@ Status DecodeRecordHeader(uint64_t index, const uint8_t* v, size_t size, RecordH
   const uint16_t version = GetU16(v + 4);
   if (version != kRecordVersion)
     return Status::Corruption(RecordName(index) + ": record version " + std::to_string(version) +
-                              ", this kiln reads version " + std::to_string(kRecordVersion));
-  if (!IsValidDType(v[6]))
+                              ", this kiln reads versions " + std::to_string(kRecordVersion) +
+                              " and " + std::to_string(kRecordVersion2));
+  if (!IsValidDType(v[6]) || !IsPixelDType(static_cast<DType>(v[6])))
     return Status::Corruption(RecordName(index) + ": unknown dtype code " + std::to_string(v[6]));
   out->dtype = static_cast<DType>(v[6]);
   const int ndim = v[7];
@@ -167,16 +303,39 @@ Status DecodeRecordHeader(uint64_t index, const uint8_t* v, size_t size, RecordH
     return Status::Corruption(RecordName(index) + ": value holds " +
                               std::to_string(size - kRecordHeaderSize) +
                               " payload bytes, header says " + std::to_string(out->payload_bytes));
+  out->version = kRecordVersion;
+  out->value_bytes = size;
+  out->num_fields = 2;
+  out->fields[0] = {out->dtype, out->shape, kRecordHeaderSize, out->payload_bytes};
+  out->fields[1] = {DType::kInt64, Shape{}, 24, 8};
   return Status::OK();
 }
 
 Status VerifyRecordChecksum(uint64_t index, const uint8_t* v, const RecordHeader& h) {
+  if (h.version == kRecordVersion2)
+    return VerifyRecordChecksum(index, v, nullptr, h, h.value_bytes, 0, nullptr);
   return VerifyRecordChecksum(index, v, v + kRecordHeaderSize, h);
 }
 
 Status VerifyRecordChecksum(uint64_t index, const uint8_t* header, const void* payload,
-                            const RecordHeader& h) {
-  const uint64_t got = RecordChecksum(index, header, payload, h.payload_bytes);
+                            const RecordHeader& h, size_t split, size_t payload_len,
+                            const uint8_t* tail) {
+  uint64_t got = 0;
+  if (h.version == kRecordVersion2) {
+    // The header's 32 bytes lie in `header`: every reader keeps at least
+    // the header and table there.
+    XXH3_state_t state;
+    XXH3_INITSTATE(&state);
+    XXH3_64bits_reset_withSeed(&state, index);
+    XXH3_64bits_update(&state, header, kChecksumOffsetV2);
+    XXH3_64bits_update(&state, header + 16, split - 16);
+    if (payload_len > 0) XXH3_64bits_update(&state, payload, payload_len);
+    const uint64_t rest = h.value_bytes - split - payload_len;
+    if (rest > 0) XXH3_64bits_update(&state, tail, rest);
+    got = XXH3_64bits_digest(&state);
+  } else {
+    got = RecordChecksum(index, header, payload, h.payload_bytes);
+  }
   if (got != h.checksum)
     return Status::Corruption(RecordName(index) + ": checksum mismatch (payload or header damaged, "
                               "or the record is stored under the wrong index)");

@@ -74,6 +74,10 @@ Status RecordToImage(const Manifest& m, const RecordView& record, ImageU8* out) 
   if (shape.dims[1] > INT_MAX || shape.dims[2] > INT_MAX)
     return Status::InvalidArgument("record " + std::to_string(record.index) + " has shape " +
                                    shape.ToString() + ": too large to be an image");
+  if (!IsPixelDType(record.dtype))
+    return Status::InvalidArgument("record " + std::to_string(record.index) + " is " +
+                                   DTypeName(record.dtype) + ": only uint8, float16 and float32 "
+                                   "records are images");
   const int c = static_cast<int>(shape.dims[0]);
   const int h = static_cast<int>(shape.dims[1]);
   const int w = static_cast<int>(shape.dims[2]);
@@ -107,6 +111,9 @@ Status RecordToImage(const Manifest& m, const RecordView& record, ImageU8* out) 
           v = ToPixel(x, mean[ch], std[ch]);
           break;
         }
+        case DType::kInt32:
+        case DType::kInt64:
+          break;  // refused above
       }
       out->pixels[p * c + ch] = v;
     }

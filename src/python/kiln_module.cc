@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "core/cpus.h"
+#include "python/binding.h"
 #include "core/fault_guard.h"
 #include "core/launch_env.h"
 #include "kiln/cache_reader.h"
@@ -47,20 +48,6 @@ namespace py = pybind11;
 
 namespace kiln::python {
 namespace {
-
-// Carries a non-OK Status across pybind11 to the translator below.
-class StatusError : public std::runtime_error {
- public:
-  explicit StatusError(const Status& s) : std::runtime_error(s.message()), code_(s.code()) {}
-  Status::Code code() const { return code_; }
-
- private:
-  Status::Code code_;
-};
-
-void Check(const Status& s) {
-  if (!s.ok()) throw StatusError(s);
-}
 
 PyObject* g_corruption_error = nullptr;  // kiln.CorruptionError, set at import
 
@@ -88,17 +75,6 @@ void CheckSameProcess(pid_t owner, const char* what) {
                              "handles stayed in the parent. Make a new one in the child.");
 }
 
-// The numpy dtype string of a record dtype (little-endian on disk; kiln
-// runs on little-endian hosts only).
-const char* NumpyDType(DType d) {
-  switch (d) {
-    case DType::kUint8: return "u1";
-    case DType::kFloat16: return "<f2";
-    case DType::kFloat32: return "<f4";
-  }
-  return "u1";
-}
-
 py::tuple ShapeTuple(const Shape& s) {
   py::tuple t(s.ndim);
   for (int i = 0; i < s.ndim; ++i) t[i] = s.dims[i];
@@ -124,34 +100,48 @@ class PyCache {
   const CacheReader* reader() const { return reader_.get(); }
   pid_t pid() const { return pid_; }
 
-  // Record `index` as (a fresh numpy array, label). The copy is needed:
-  // the view into the memory map dies with the transaction.
-  py::tuple Get(int64_t index, bool verify) {
+  // Record `index` as {field name: a fresh numpy array} (a format 1
+  // cache's "image" and "label"; a scalar field is a 0-d array). The copy
+  // is needed: the view into the memory map dies with the transaction.
+  py::dict Get(int64_t index, bool verify) {
     CheckSameProcess(pid_, "this kiln.Cache");
     const int64_t n = static_cast<int64_t>(reader_->size());
     if (index < 0) index += n;
     if (index < 0 || index >= n)
       throw py::index_error("record " + std::to_string(index) + " out of range for " +
                             std::to_string(n) + " records");
-    const Shape& sh = reader_->manifest().shape;
-    std::vector<py::ssize_t> dims(sh.dims.begin(), sh.dims.begin() + sh.ndim);
-    py::array a(py::dtype(NumpyDType(reader_->manifest().dtype)), dims);
+    const Manifest& m = reader_->manifest();
     RecordView v;
     Status s;
     std::string fault;
-    // Guarded: a shard changed under the map is an error, not a crash.
-    const bool read = GuardedRead(
-        [&] {
-          s = txn_->Get(static_cast<uint64_t>(index), &v, verify);
-          if (s.ok()) std::memcpy(a.mutable_data(), v.data, v.bytes);
-        },
-        &fault);
+    // Guarded: a shard changed under the map is an error, not a crash. The
+    // header is read first (the arrays' shapes), then the payloads are
+    // copied into the arrays, made between the two outside the guard.
+    bool read = GuardedRead([&] { s = txn_->Get(static_cast<uint64_t>(index), &v, verify); },
+                            &fault);
+    std::vector<py::array> arrays;
+    if (read && s.ok()) {
+      for (int f = 0; f < v.num_fields; ++f) {
+        const FieldView& fv = v.fields[f];
+        std::vector<py::ssize_t> dims(fv.shape.dims.begin(), fv.shape.dims.begin() + fv.shape.ndim);
+        arrays.emplace_back(py::dtype(NumpyDType(fv.dtype)), dims);
+      }
+      read = GuardedRead(
+          [&] {
+            for (int f = 0; f < v.num_fields; ++f)
+              if (v.fields[f].bytes > 0)
+                std::memcpy(arrays[f].mutable_data(), v.fields[f].data, v.fields[f].bytes);
+          },
+          &fault);
+    }
     txn_->Reset();
     if (!read)
       s = Status::Corruption(reader_->dir() + ": record " + std::to_string(index) + ": " + fault +
                              "; check it with kiln verify");
     Check(s);
-    return py::make_tuple(std::move(a), v.label);
+    py::dict out;
+    for (int f = 0; f < v.num_fields; ++f) out[py::str(m.fields[f].name)] = std::move(arrays[f]);
+    return out;
   }
 
  private:
@@ -432,12 +422,17 @@ PYBIND11_MODULE(_kiln, m) {
       .def_property_readonly("manifest_json",
                              [](const PyCache& c) { return ManifestToJson(c.reader()->manifest()); })
       .def("get", &PyCache::Get, py::arg("index"), py::arg("verify") = false)
+      .def_property_readonly("format_version",
+                             [](const PyCache& c) { return c.reader()->manifest().format_version; })
+      .def_property_readonly("fields", [](const PyCache& c) { return FieldsList(c.reader()->manifest()); })
       .def_property_readonly("normalization", [](const PyCache& c) -> py::object {
         std::vector<double> mean, std;
         Check(InputNormalization(c.reader()->manifest(), c.reader()->dir(), &mean, &std));
         if (mean.empty()) return py::none();
         return py::make_tuple(mean, std);
       });
+
+  BindWriter(m);
 
   py::class_<LoaderOptions>(m, "LoaderOptions")
       .def(py::init<>())

@@ -1,8 +1,10 @@
 // libFuzzer target: a stored record, as LMDB hands it to the reader.
 // Input: the 8-byte big-endian key, then the value (header and payload).
 // DecodeRecordHeader must never read past the value, and what it accepts
-// must be consistent: the payload fills the value exactly and matches the
-// shape; VerifyRecordChecksum then reads exactly that payload.
+// must be consistent: version 1, the payload fills the value exactly and
+// matches the shape; version 2, every field's payload lies inside the value
+// where the table says, in order, and the last ends at the value's end.
+// VerifyRecordChecksum then reads exactly the value.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -19,6 +21,28 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::vector<uint8_t> value(data + kiln::kKeySize, data + size);
   kiln::RecordHeader h;
   if (!kiln::DecodeRecordHeader(index, value.data(), value.size(), &h).ok()) return 0;
+  if (h.version == kiln::kRecordVersion2) {
+    KILN_FUZZ_CHECK(h.num_fields >= 1 && h.num_fields <= kiln::kMaxFields);
+    KILN_FUZZ_CHECK(h.value_bytes == value.size());
+    uint64_t end = kiln::RecordV2TableEnd(h.num_fields);
+    std::vector<kiln::FieldData> fields;
+    for (int f = 0; f < h.num_fields; ++f) {
+      const kiln::FieldEntry& e = h.fields[f];
+      KILN_FUZZ_CHECK(e.offset >= end && e.offset % kiln::kFieldAlign == 0);
+      KILN_FUZZ_CHECK(e.bytes == kiln::FieldElements(e.shape) * kiln::DTypeSize(e.dtype));
+      KILN_FUZZ_CHECK(e.offset + e.bytes <= value.size());
+      end = e.offset + e.bytes;
+      fields.push_back({e.dtype, e.shape, value.data() + e.offset});
+    }
+    KILN_FUZZ_CHECK(end == value.size());
+    if (kiln::VerifyRecordChecksum(index, value.data(), h).ok()) {
+      // An intact record is what EncodeRecordV2 writes for its fields.
+      std::vector<uint8_t> again(value.size());
+      kiln::EncodeRecordV2(index, fields.data(), h.num_fields, again.data());
+      KILN_FUZZ_CHECK(again == value);
+    }
+    return 0;
+  }
   KILN_FUZZ_CHECK(h.shape.ndim >= 1 && h.shape.ndim <= kiln::kMaxDims);
   KILN_FUZZ_CHECK(h.shape.NumElements() <= kiln::kMaxRecordElements);
   KILN_FUZZ_CHECK(h.payload_bytes == h.shape.NumElements() * kiln::DTypeSize(h.dtype));

@@ -38,11 +38,16 @@ def check_cache_reads(tmp):
         while pos < len(data):
             index, label, n = struct.unpack_from("<QqQ", data, pos)
             pos += 24
-            arr, lab = c[index]
+            rec = c[index]
+            assert list(rec) == ["image", "label"], list(rec)
+            arr, lab = rec["image"], int(rec["label"])
+            assert rec["label"].dtype == np.int64 and rec["label"].shape == ()
             assert arr.dtype == np_dtype and arr.shape == (3, 12, 10), (arr.dtype, arr.shape)
             assert arr.tobytes() == data[pos:pos + n] and lab == label, "record %d differs" % index
             pos += n
-        assert c[-1][0].tobytes() == c[N - 1][0].tobytes()
+        assert c[-1]["image"].tobytes() == c[N - 1]["image"].tobytes()
+        assert c.format_version == 1 and c.fields == {
+            "image": kiln.Field(dtype, (3, 12, 10)), "label": kiln.Field("int64", ())}, c.fields
         expect_raises(IndexError, lambda: c[N], str(N))
     expect_raises(FileNotFoundError, lambda: kiln.Cache(os.path.join(tmp, "nothing")), "nothing")
 
@@ -130,8 +135,8 @@ def check_zero_copy(tmp):
     assert lo <= x.data_ptr() < hi, "x is not in the ring"
     assert x.storage().data_ptr() == ring.storage().data_ptr()
     kept = x.numpy().tobytes()
-    assert kept == kiln.Cache(path)[0][0].tobytes() + b"".join(
-        kiln.Cache(path)[i][0].tobytes() for i in range(1, 8))
+    assert kept == kiln.Cache(path)[0]["image"].tobytes() + b"".join(
+        kiln.Cache(path)[i]["image"].tobytes() for i in range(1, 8))
     for _ in range(loader.slots):  # the slot goes back and is refilled with later batches
         next(it)
     assert x.numpy().tobytes() != kept, "the slot of an old batch was not reused: not a view?"
@@ -159,7 +164,7 @@ def check_corrupt_record_raises(tmp):
     path = synth(tmp, "f32", "float32")
     shard = os.path.join(path, "shard-00000.mdb")
     bad = 20
-    payload = kiln.Cache(path)[bad][0].tobytes()
+    payload = kiln.Cache(path)[bad]["image"].tobytes()
     blob = open(shard, "rb").read()
     off = blob.find(payload)
     assert off > 64 and blob.find(payload, off + 1) < 0, "record payload not found once"
@@ -195,7 +200,7 @@ def check_two_ranks_cover_epoch(tmp):
     """Ranks 0 and 1 of 2 together yield every record; RANK/WORLD_SIZE are read."""
     path = synth(tmp, "u8", "uint8")
     cache = kiln.Cache(path)
-    index_of = {cache[i][0].tobytes(): i for i in range(N)}
+    index_of = {cache[i]["image"].tobytes(): i for i in range(N)}
     assert len(index_of) == N
     seen = []
     for rank in (0, 1):
@@ -248,7 +253,7 @@ def check_fork_child(tmp):
                 code = 3
             except RuntimeError as e:
                 code = 0 if "fork" in str(e) else 4
-            if code == 0 and cache[5][0].tobytes() != kiln.Cache(path)[5][0].tobytes():
+            if code == 0 and cache[5]["image"].tobytes() != kiln.Cache(path)[5]["image"].tobytes():
                 code = 5
             if code == 0:
                 got = b"".join(x.numpy().tobytes() for x, _ in
@@ -277,8 +282,9 @@ def check_fork_child(tmp):
     # kiln.Cache as a Dataset in a DataLoader with forked workers.
     dl = torch.utils.data.DataLoader(cache, batch_size=16, num_workers=2,
                                      multiprocessing_context="fork")
-    xs = torch.cat([x for x, _ in dl])
-    assert xs.shape[0] == N and all(xs[i].numpy().tobytes() == cache[i][0].tobytes()
+    # Each record is a dict of fields: the default collate batches each field.
+    xs = torch.cat([b["image"] for b in dl])
+    assert xs.shape[0] == N and all(xs[i].numpy().tobytes() == cache[i]["image"].tobytes()
                                     for i in range(N))
 
 
@@ -288,8 +294,8 @@ def check_batch_outlives_iterator(tmp):
     copy=True the slot goes back at once and is refilled ahead."""
     path = synth(tmp, "f16", "float16")
     cache = kiln.Cache(path)
-    first = b"".join(cache[i][0].tobytes() for i in range(8))
-    second = b"".join(cache[i][0].tobytes() for i in range(8, 16))
+    first = b"".join(cache[i]["image"].tobytes() for i in range(8))
+    second = b"".join(cache[i]["image"].tobytes() for i in range(8, 16))
     loader = kiln.Loader(path, batch_size=8, workers=1, slots=1, shuffle=False)
     x, _ = next(iter(loader))  # the iterator is dropped here
     gc.collect()
@@ -321,7 +327,7 @@ def check_verify(tmp):
     shard = os.path.join(path, "shard-00000.mdb")
     good = open(shard, "rb").read()
     cache = kiln.Cache(path)  # open in this process while verify reads the same shard
-    x, _ = cache[7]
+    x = cache[7]["image"]
     at = good.find(x.tobytes()[:64])
     assert at > 0
     bad = bytearray(good)

@@ -59,7 +59,7 @@ def check_center_crop(tmp, synth_bin, _):
             path = os.path.join(tmp, "%s-%dx%dx%d" % ((dtype,) + shape))
             synth(synth_bin, path, n, shape, dtype)
             cache = kiln.Cache(path)
-            want = [CenterCrop(k)(torch.from_numpy(np.array(cache[i][0]))) for i in range(n)]
+            want = [CenterCrop(k)(torch.from_numpy(np.array(cache[i]["image"]))) for i in range(n)]
             loader = kiln.Loader(path, batch_size=5, shuffle=False, crop=k, drop_last=False)
             got = [torch.as_tensor(np.array(s)) for x, _ in loader for s in x]
             assert len(got) == n, "%d samples of %d" % (len(got), n)

@@ -66,7 +66,7 @@ def check_release_waits_for_copy(tmp):
     assert fences[0].waited and seen_intact == [True], (fences[0].waited, seen_intact)
     assert x3.data_ptr() == batches[0][0].data_ptr()
     cache = kiln.Cache(path)
-    assert x3.numpy().tobytes() == b"".join(cache[i][0].tobytes() for i in range(30, 40)), \
+    assert x3.numpy().tobytes() == b"".join(cache[i]["image"].tobytes() for i in range(30, 40)), \
         "batch 3 is not records 30..39"
     # A fence found finished by query() releases its slot without a wait.
     fences[1].done = True

@@ -42,7 +42,7 @@ c = kiln.Cache(sys.argv[1])
 assert (len(c), c.shape, c.dtype) == (50, (3, 8, 8), "float16"), repr(c)
 loader = kiln.Loader(c, batch_size=16, drop_last=False, shuffle=False)
 xs = [bytes(memoryview(x.numpy() if hasattr(x, "numpy") else x)) for x, _ in loader]
-first = c[0][0].tobytes() + c[1][0].tobytes()
+first = c[0]["image"].tobytes() + c[1]["image"].tobytes()
 assert len(xs) == 4 and xs[0][:len(first)] == first, "batches differ from records"
 print("pip-installed kiln %s reads the cache: ok" % kiln.__version__)
 """

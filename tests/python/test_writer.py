@@ -1,0 +1,229 @@
+"""kiln.Writer: format 2 caches written from Python, read back by kiln.Cache,
+kiln.Loader and kiln verify. Run as test_writer.py SYNTH DUMP_RECORDS
+DUMP_BATCHES CHECK (module_common.py); one CTest test per check."""
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+
+from module_common import expect_raises, run
+
+import kiln
+import numpy as np
+import torch
+
+from writer_samples import FIELDS, Samples, sample  # noqa: E402
+
+
+def write(path, n, **kw):
+    with kiln.Writer(path, FIELDS, classes=["c%d" % k for k in range(5)],
+                     shard_size=kw.pop("shard_size", 20000), **kw) as w:
+        for i in range(n):
+            assert w.append(sample(i)) == i
+    return w.manifest
+
+
+def shards(path):
+    return {os.path.basename(p): open(p, "rb").read()
+            for p in sorted(glob.glob(os.path.join(path, "shard-*.mdb")))}
+
+
+def check_round_trip(tmp):
+    """Every field of every record comes back as written, with its dtype and
+    shape; the manifest declares the fields with their largest sizes; kiln
+    verify finds the cache clean."""
+    path = os.path.join(tmp, "c")
+    n = 60
+    manifest = write(path, n, recipe={"resize": 256}, dataset="MyDataset")
+    assert manifest["format_version"] == 2 and manifest["label_field"] == "label"
+    assert manifest["preprocessing"]["recipe"] == {"resize": 256}
+    assert manifest["preprocessing"]["dataset"] == "MyDataset"
+    assert manifest["preprocessing"]["writer"].startswith("kiln.Writer ")
+    assert len(manifest["shards"]) > 1, manifest["shards"]
+    c = kiln.Cache(path)
+    assert c.format_version == 2 and len(c) == n
+    assert c.fields == FIELDS, c.fields
+    assert c.max_shapes["image"] == (3, 11, 12) and c.max_shapes["boxes"] == (2, 4)
+    for i in [0, 1, 2, 17, n - 1, -1]:
+        want, got = sample(i % n), c.read(i, verify=True)
+        assert list(got) == list(FIELDS), list(got)
+        for name, f in FIELDS.items():
+            a = got[name]
+            assert a.dtype == kiln._NUMPY_DTYPES[f.dtype], (name, a.dtype)
+            assert np.array_equal(a, np.asarray(want[name], dtype=a.dtype)), (i, name)
+    report = kiln.verify(path)
+    assert report["problems"] == [] and report["records_checked"] == n, report
+
+
+def check_bad_samples(tmp):
+    """A sample that does not fit is refused naming its record index and field; the
+    writer goes on with the next good sample, which takes the index."""
+    path = os.path.join(tmp, "c")
+    w = kiln.Writer(path, FIELDS)
+    w.append(sample(0))
+    cases = [
+        (dict(sample(1), boxes=np.zeros((2, 4), np.float64)), "field 'boxes': dtype float64"),
+        (dict(sample(1), image=np.zeros((4, 5, 5), np.uint8)), "field 'image': shape (4, 5, 5)"),
+        (dict(sample(1), mask=np.zeros((5,), np.uint8)), "field 'mask': 1 dims"),
+        ({k: v for k, v in sample(1).items() if k != "score"}, "field 'score': missing"),
+        (dict(sample(1), extra=1), "field 'extra': not a declared field"),
+    ]
+    for bad, needle in cases:
+        expect_raises(ValueError, lambda: w.append(bad), "record 1", needle)
+    assert w.next_index == 1
+    # torch tensors and Python numbers are taken as they are.
+    s = sample(1)
+    s["image"] = torch.from_numpy(s["image"])
+    assert w.append(s) == 1
+    w.close()
+    c = kiln.Cache(path)
+    assert len(c) == 2 and np.array_equal(c[1]["image"], sample(1)["image"])
+    # A label outside the classes is refused at once too.
+    w2 = kiln.Writer(os.path.join(tmp, "d"), FIELDS, classes=["a", "b"])
+    expect_raises(ValueError, lambda: w2.append(dict(sample(0), label=7)), "record 0",
+                  "field 'label': 7 is outside the 2 classes")
+    # Bad declarations, before anything is written.
+    expect_raises(ValueError, lambda: kiln.Writer(os.path.join(tmp, "e"),
+                                                  {"x": kiln.Field("float64", (2,))}), "float64")
+    expect_raises(ValueError, lambda: kiln.Writer(os.path.join(tmp, "e"),
+                                                  {"x": kiln.Field("uint8", (0,))}), "at least 1")
+    expect_raises(ValueError, lambda: kiln.Writer(os.path.join(tmp, "e"), FIELDS,
+                                                  label_field="mask"), "int64 or int32 scalar")
+
+
+WRITE_CHILD = r"""
+import sys, time
+sys.path.insert(0, sys.argv[1])
+import writer_samples as t
+import kiln
+path, n, slow = sys.argv[2], int(sys.argv[3]), sys.argv[4] == "slow"
+w = kiln.Writer(path, t.FIELDS, classes=["c%d" % k for k in range(5)], shard_size=20000,
+                resume=True)
+print(w.next_index, flush=True)
+for i in range(w.next_index, n):
+    w.append(t.sample(i))
+    if slow and i == 40:
+        print("go", flush=True)
+        time.sleep(60)
+w.close()
+"""
+
+
+def check_resume_after_kill(tmp):
+    """A writer killed (SIGKILL) mid-cache, run again with resume=True,
+    continues after its committed records and ends with the same shard bytes
+    as a writer that was never interrupted."""
+    straight = os.path.join(tmp, "straight")
+    write(straight, 90)
+    path = os.path.join(tmp, "resumed")
+    here = os.path.dirname(os.path.abspath(__file__))
+    cmd = [sys.executable, "-c", WRITE_CHILD, here, path, "90"]
+    p = subprocess.Popen(cmd + ["slow"], stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "0"
+    assert p.stdout.readline().strip() == "go"
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    assert not os.path.exists(os.path.join(path, "manifest.json"))
+    expect_raises(RuntimeError, lambda: kiln.Cache(path), "incomplete")
+    out = subprocess.run(cmd + ["fast"], stdout=subprocess.PIPE, text=True, check=True).stdout
+    resumed_from = int(out.split()[0])
+    assert 0 < resumed_from <= 41, resumed_from
+    assert shards(path) == shards(straight), "resumed shards differ from a straight write"
+    m1 = json.load(open(os.path.join(path, "manifest.json")))
+    m2 = json.load(open(os.path.join(straight, "manifest.json")))
+    assert m1["shards"] == m2["shards"] and m1["fields"] == m2["fields"]
+
+
+def check_loader_batches_fixed_fields(tmp):
+    """kiln.Loader on a format 2 cache of a fixed image field and a label
+    yields (x, y) as it does for kiln build's caches, equal to cache reads;
+    on a cache whose image size varies it says what it needs."""
+    path = os.path.join(tmp, "fixed")
+    fields = {"label": kiln.Field("int32", ()), "image": kiln.Field("float16", (3, 8, 6)),
+              "note": kiln.Field("uint8", (None,))}
+    rng = np.random.default_rng(3)
+    images = rng.standard_normal((37, 3, 8, 6)).astype(np.float16)
+    with kiln.Writer(path, fields, classes=["a", "b", "c"]) as w:
+        for i in range(37):
+            w.append({"label": i % 3, "image": images[i], "note": np.zeros(i % 4 + 1, np.uint8)})
+    loader = kiln.Loader(path, batch_size=8, shuffle=False, workers=2)
+    xs, ys = [], []
+    for x, y in loader:
+        xs.append(x.numpy().copy())  # the batch's slot is refilled later
+        ys.append(y.numpy().copy())
+    assert np.array_equal(np.concatenate(xs), images)
+    assert np.concatenate(ys).tolist() == [i % 3 for i in range(37)]
+    varying = os.path.join(tmp, "varying")
+    write(varying, 5)
+    expect_raises(ValueError, lambda: kiln.Loader(varying, batch_size=2), "varies in size",
+                  "output geometry")
+
+
+WRITE_DATASET_CHILD = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+import writer_samples as t
+import kiln
+kiln.write_dataset(t.Samples(120, bad=7, delay=0.05, slow_after=70), sys.argv[2], t.FIELDS,
+                   workers=int(sys.argv[3]), classes=["c%d" % k for k in range(5)],
+                   shard_size=20000, progress=False)
+"""
+
+
+def check_write_dataset_workers_and_skips(tmp):
+    """kiln.write_dataset writes the same bytes with 1 and 3 workers; a sample
+    that raises and one that does not fit are skipped, named by index (and
+    field), and logged in skipped.tsv; strict=True raises at the first."""
+    caches = {}
+    for workers in (1, 3):
+        path = os.path.join(tmp, "w%d" % workers)
+        m = kiln.write_dataset(Samples(50, bad=4, misfit=9), path, FIELDS, workers=workers,
+                               classes=["c%d" % k for k in range(5)], shard_size=20000,
+                               progress=False)
+        assert m["count"] == 48 and m["preprocessing"]["dataset"] == "Samples", m
+        caches[workers] = shards(path)
+        log = open(os.path.join(path, "skipped.tsv")).read().splitlines()
+        assert log[0] == "index\treason" and len(log) == 3, log
+        assert log[1].startswith("4\tOSError: cannot read sample 4"), log
+        assert log[2].startswith("9\t") and "field 'mask': dtype float64" in log[2], log
+    assert caches[1] == caches[3], "1 and 3 workers wrote different shards"
+    c = kiln.Cache(os.path.join(tmp, "w3"))
+    assert np.array_equal(c[4]["image"], sample(5)["image"])  # record 4 is sample 5
+    expect_raises(ValueError, lambda: kiln.write_dataset(
+        Samples(20, misfit=3), os.path.join(tmp, "strict"), FIELDS, strict=True,
+        progress=False), "sample 3", "field 'mask'")
+
+
+def check_write_dataset_resume_after_kill(tmp):
+    """write_dataset killed (SIGKILL) mid-dataset and run again continues
+    after the committed records (skips included) and ends with the same
+    shards as an uninterrupted run, with 2 workers."""
+    straight = os.path.join(tmp, "straight")
+    kiln.write_dataset(Samples(120, bad=7), straight, FIELDS, workers=2,
+                       classes=["c%d" % k for k in range(5)], shard_size=20000, progress=False)
+    path = os.path.join(tmp, "resumed")
+    here = os.path.dirname(os.path.abspath(__file__))
+    cmd = [sys.executable, "-c", WRITE_DATASET_CHILD, here, path, "2"]
+    p = subprocess.Popen(cmd, start_new_session=True)
+    # Killed once the first shards are committed and the rest goes slowly.
+    import time
+    deadline = time.monotonic() + 120
+    while len(glob.glob(os.path.join(path, "shard-*.mdb"))) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+    assert not os.path.exists(os.path.join(path, "manifest.json")), "finished before the kill"
+    kiln.write_dataset(Samples(120, bad=7), path, FIELDS, workers=2,
+                       classes=["c%d" % k for k in range(5)], shard_size=20000, progress=False)
+    assert shards(path) == shards(straight), "resumed shards differ from a straight run"
+    assert open(os.path.join(path, "skipped.tsv")).read() == \
+        open(os.path.join(straight, "skipped.tsv")).read()
+
+
+CHECKS = {name[len("check_"):]: fn for name, fn in globals().items()
+          if name.startswith("check_")}
+
+if __name__ == "__main__":
+    sys.exit(run(CHECKS))
