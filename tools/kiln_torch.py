@@ -102,8 +102,9 @@ class KilnDataset(torch.utils.data.Dataset):
         if m.get("format") != FORMAT:
             raise self._bad("format is %r, expected %r" % (m.get("format"), FORMAT))
         if m.get("format_version") != FORMAT_VERSION:
-            raise self._bad("format_version is %r, this reader supports %d"
-                            % (m.get("format_version"), FORMAT_VERSION))
+            raise self._bad("format_version is %r, this reader supports %d; read a format 2 "
+                            "cache (named fields, written by kiln.Writer) with the compiled "
+                            "kiln module (kiln.Cache)" % (m.get("format_version"), FORMAT_VERSION))
         try:
             sample = m["sample"]
             dtype_name = sample["dtype"]
