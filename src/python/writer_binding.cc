@@ -146,7 +146,9 @@ class PyWriter {
         // torch tensors (on the CPU) and other array-likes, as numpy sees them.
         if (py::hasattr(value, "detach") && py::hasattr(value, "cpu"))
           value = value.attr("detach")().attr("cpu")();
-        a = np.attr("ascontiguousarray")(value);
+        // asarray, not ascontiguousarray: that one makes a 0-d array 1-d.
+        a = np.attr("asarray")(value);
+        if (!(a.flags() & py::array::c_style)) a = np.attr("ascontiguousarray")(a);
         if (!SameNumpyType(a.dtype(), spec.dtype))
           throw std::invalid_argument(where(spec.name) + ": dtype " +
                                       py::str(a.dtype()).cast<std::string>() + ", declared " +
