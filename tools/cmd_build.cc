@@ -161,6 +161,12 @@ KILN_COMMAND(Command{
       sub->add_option("--resize", o.resize, "shorter side to S (torchvision Resize(S))");
       sub->add_option("--crop", o.crop, "center crop C x C (torchvision CenterCrop(C))");
       sub->add_option("--size", a->size, "squash to WxH instead of --resize");
+      sub->add_option("--max-side", o.max_side,
+                      "store each image whole, its longer side at most N (FFCV's max_resolution; "
+                      "a format 2 cache, for crops at load time)");
+      sub->add_option("--shorter-side", o.shorter_side,
+                      "store each image whole, its shorter side resized to S (torchvision "
+                      "Resize(S); a format 2 cache, for CenterCrop at load time)");
       sub->add_option("--channels", o.channels, "1 or 3 (default 3)");
       sub->add_option("--dtype", a->dtype, "float16 (default), float32 or uint8");
       sub->add_option("--norm", a->norm, "none (default: x/255), imagenet, or auto (dataset statistics)");

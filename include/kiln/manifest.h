@@ -31,14 +31,14 @@ struct ShardInfo {
 struct FieldSpec {
   std::string name;
   DType dtype = DType::kUint8;
-  int ndim = 0;                              // 0: a scalar
-  std::array<int64_t, kMaxDims> dims{};      // each >= 1, or kVariableDim
+  int ndim = 0;                          // 0: a scalar
+  std::array<int64_t, kMaxDims> dims{};  // each >= 1, or kVariableDim
   // The largest size each dim took over the cache's records (= dims for a
   // fixed dim); written when the cache is finished.
   std::array<uint32_t, kMaxDims> max_dims{};
   static constexpr int64_t kVariableDim = -1;
-  bool fixed() const;          // no variable dim
-  Shape FixedShape() const;    // REQUIRES: fixed()
+  bool fixed() const;             // no variable dim
+  Shape FixedShape() const;       // REQUIRES: fixed()
   std::string ShapeText() const;  // "3x?x?", "()" for a scalar
   // Whether a record's field of `dtype` and `shape` is one of this field's.
   bool Admits(DType dtype, const Shape& shape) const;

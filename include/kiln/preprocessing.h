@@ -61,6 +61,13 @@ struct Preprocessing {
   int resize = 0;              // shorter side (torchvision Resize(S)); 0 = none
   int crop = 0;                // center crop C x C; 0 = none
   int size_w = 0, size_h = 0;  // squashed to W x H; 0 = none
+  // Whole images (kiln build --max-side / --shorter-side, format 2): each
+  // record holds its image at its own size, aspect kept; max_side bounds
+  // the longer side (torchvision Resize(max_size=)), 0 = none. Recorded
+  // only when set ("whole", "max_side"), so that other recipes read and
+  // write as before.
+  bool whole = false;
+  int max_side = 0;
   std::string interpolation = "bilinear, antialiased (PIL/torchvision)";
   int channels = 3;               // 1 or 3
   DType dtype = DType::kFloat16;  // of the records

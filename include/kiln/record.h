@@ -164,8 +164,8 @@ struct RecordHeader {
 // One field's contents for EncodeRecordV2.
 struct FieldData {
   DType dtype = DType::kUint8;
-  Shape shape;                   // ndim 0 for a scalar
-  const void* data = nullptr;    // FieldElements(shape) x DTypeSize(dtype) bytes
+  Shape shape;                 // ndim 0 for a scalar
+  const void* data = nullptr;  // FieldElements(shape) x DTypeSize(dtype) bytes
 };
 
 // Writes the big-endian key of `index` into `key` (kKeySize bytes).

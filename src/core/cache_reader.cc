@@ -216,9 +216,9 @@ Status ReadTxn::Check(uint64_t index, const uint8_t* header, size_t head_len, co
           .WithContext(path));
   if (verify_checksum) {
     if (h.version == kRecordVersion2)
-      KILN_RETURN_IF_ERROR(VerifyRecordChecksum(index, header, mid, h,
-                                                whole ? value_size : head_len, mid_len, tail)
-                               .WithContext(path));
+      KILN_RETURN_IF_ERROR(
+          VerifyRecordChecksum(index, header, mid, h, whole ? value_size : head_len, mid_len, tail)
+              .WithContext(path));
     else
       KILN_RETURN_IF_ERROR(
           VerifyRecordChecksum(index, header, whole ? header + kRecordHeaderSize : payload, h)

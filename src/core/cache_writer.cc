@@ -2,26 +2,26 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
-#include <sys/stat.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstdio>
 #include <algorithm>
 #include <array>
-#include <map>
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <vector>
 
 #include "core/file.h"
-#include "kiln/cache_layout.h"
-#include "kiln/dir_lock.h"
 #include "core/lmdb_env.h"
 #include "core/shard_digest.h"
+#include "kiln/cache_layout.h"
+#include "kiln/dir_lock.h"
 
 namespace kiln {
 
@@ -310,8 +310,9 @@ class CacheWriter::Impl {
   // A version 2 record (opened with fields).
   Status AppendFields(uint64_t index, const FieldData* fields, int n) {
     if (!v2_)
-      return Status::InvalidArgument("writer: opened for version 1 records (no fields declared); "
-                                     "use Append");
+      return Status::InvalidArgument(
+          "writer: opened for version 1 records (no fields declared); "
+          "use Append");
     if (index != next_)
       return Status::InvalidArgument("record " + std::to_string(index) +
                                      " appended out of order; expected " + std::to_string(next_));
@@ -330,13 +331,13 @@ class CacheWriter::Impl {
         if (bounded) elements *= d.shape.dims[i];
       }
       if (!bounded || !spec.Admits(d.dtype, d.shape))
-        return Status::InvalidArgument("record " + std::to_string(index) + ", field '" +
-                                       spec.name + "': " + DTypeName(d.dtype) + " " +
-                                       d.shape.ToString() + " does not fit its declaration " +
-                                       DTypeName(spec.dtype) + " " + spec.ShapeText());
+        return Status::InvalidArgument("record " + std::to_string(index) + ", field '" + spec.name +
+                                       "': " + DTypeName(d.dtype) + " " + d.shape.ToString() +
+                                       " does not fit its declaration " + DTypeName(spec.dtype) +
+                                       " " + spec.ShapeText());
       if (d.data == nullptr && elements > 0)
-        return Status::InvalidArgument("record " + std::to_string(index) + ", field '" +
-                                       spec.name + "': no data");
+        return Status::InvalidArgument("record " + std::to_string(index) + ", field '" + spec.name +
+                                       "': no data");
     }
     const uint64_t size = RecordV2Size(fields, n);
     if (shard_bytes_ > 0 && shard_bytes_ + size > opt_.shard_size) {
@@ -368,11 +369,10 @@ class CacheWriter::Impl {
     for (int f = 0; f < h.num_fields; ++f) {
       const FieldEntry& e = h.fields[f];
       if (!opt_.fields[f].Admits(e.dtype, e.shape))
-        return Status::InvalidArgument(path + ": record " + std::to_string(idx) + ", field '" +
-                                       opt_.fields[f].name + "' is " + DTypeName(e.dtype) + " " +
-                                       e.shape.ToString() + ", this writer declares " +
-                                       DTypeName(opt_.fields[f].dtype) + " " +
-                                       opt_.fields[f].ShapeText() + "; cannot resume");
+        return Status::InvalidArgument(
+            path + ": record " + std::to_string(idx) + ", field '" + opt_.fields[f].name + "' is " +
+            DTypeName(e.dtype) + " " + e.shape.ToString() + ", this writer declares " +
+            DTypeName(opt_.fields[f].dtype) + " " + opt_.fields[f].ShapeText() + "; cannot resume");
       for (int i = 0; i < e.shape.ndim; ++i)
         max_dims_[f][i] = std::max(max_dims_[f][i], e.shape.dims[i]);
     }
@@ -424,7 +424,8 @@ class CacheWriter::Impl {
     pending_offsets_.push_back(pending_used_);  // the end of the last
     Status st = CommitBatch(&env_, pending_first_, pending_count_, [&](uint64_t i, MDB_val* v) {
       const uint64_t r = i - pending_first_;
-      *v = MDB_val{pending_offsets_[r + 1] - pending_offsets_[r], pending_.data() + pending_offsets_[r]};
+      *v = MDB_val{pending_offsets_[r + 1] - pending_offsets_[r],
+                   pending_.data() + pending_offsets_[r]};
       return Status::OK();
     });
     pending_offsets_.pop_back();
@@ -551,7 +552,8 @@ Status RewriteRecords(const std::string& dir, const std::vector<RecordFix>& fixe
   KILN_RETURN_IF_ERROR(ReadManifest(dir, &m));
   const uint64_t bytes = m.shape.NumElements() * DTypeSize(m.dtype);
   if (m.format_version == kFormatVersion2)
-    return Status::NotSupported(dir + ": rewriting records of a format 2 cache is not supported "
+    return Status::NotSupported(dir +
+                                ": rewriting records of a format 2 cache is not supported "
                                 "yet; write it again");
   if (m.commit_records == 0 || m.initial_map_size == 0)
     return Status::NotSupported(dir + ": the manifest does not record the writer's layout (a cache "

@@ -464,13 +464,16 @@ Status LoaderOutputShape(const Manifest& m, const LoaderOptions& o, Shape* out) 
   *out = m.shape;
   const FieldSpec* image = m.fields.empty() ? nullptr : &m.fields[m.image_field];
   if (image != nullptr && !image->fixed())
-    return Status::InvalidArgument(
-        "loader: the cache's '" + image->name + "' field varies in size from record to record (" +
-        image->ShapeText() + "): batching it needs an output geometry (a resize and crop to one size), which this loader cannot "
-        "apply yet; read such a cache record by record with kiln.Cache");
+    return Status::InvalidArgument("loader: the cache's '" + image->name +
+                                   "' field varies in size from record to record (" +
+                                   image->ShapeText() +
+                                   "): batching it needs an output geometry (a resize and crop to "
+                                   "one size), which this loader cannot "
+                                   "apply yet; read such a cache record by record with kiln.Cache");
   if (!IsPixelDType(m.dtype))
     return Status::InvalidArgument(std::string("loader: the cache's image field is ") +
-                                   DTypeName(m.dtype) + "; the loader batches uint8, float16 or "
+                                   DTypeName(m.dtype) +
+                                   "; the loader batches uint8, float16 or "
                                    "float32 images");
   if (o.crop == 0 && !o.random_flip) return Status::OK();
   if (m.shape.ndim != 3)

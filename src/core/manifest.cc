@@ -75,8 +75,7 @@ Status ResolveRecord(const Manifest& m, uint64_t index, const uint8_t* head, siz
   const bool v2 = m.format_version == kFormatVersion2;
   if (h->version != (v2 ? kRecordVersion2 : kRecordVersion))
     return Status::Corruption(name() + " is a version " + std::to_string(h->version) +
-                              " record in a format " + std::to_string(m.format_version) +
-                              " cache");
+                              " record in a format " + std::to_string(m.format_version) + " cache");
   if (!v2) return CheckRecordAgainstManifest(m, index, *h);
   if (h->num_fields != static_cast<int>(m.fields.size()))
     return Status::Corruption(name() + " has " + std::to_string(h->num_fields) +
@@ -97,8 +96,7 @@ Status ResolveRecord(const Manifest& m, uint64_t index, const uint8_t* head, siz
   if (m.label_field >= 0) {
     const FieldEntry& e = h->fields[m.label_field];
     const uint8_t* p = ValueBytes(e.offset, e.bytes, head, head_len, mid, mid_len, tail);
-    if (p == nullptr)
-      return Status::InvalidArgument(name() + ": the label field was not read");
+    if (p == nullptr) return Status::InvalidArgument(name() + ": the label field was not read");
     if (e.dtype == DType::kInt64) {
       int64_t v;
       std::memcpy(&v, p, 8);
@@ -236,8 +234,8 @@ Status FieldsFromJson(const json& j, const std::string& where, Manifest* m) {
   const json& fields = j.at("fields");
   if (!fields.is_array()) return Status::Corruption(where + ": \"fields\" is not a list");
   if (fields.size() > static_cast<size_t>(kMaxFields))
-    return Status::Corruption(where + ": " + std::to_string(fields.size()) +
-                              " fields, at most " + std::to_string(kMaxFields));
+    return Status::Corruption(where + ": " + std::to_string(fields.size()) + " fields, at most " +
+                              std::to_string(kMaxFields));
   for (size_t f = 0; f < fields.size(); ++f) {
     const json& jf = fields[f];
     const std::string at = "fields[" + std::to_string(f) + "]";
@@ -261,9 +259,8 @@ Status FieldsFromJson(const json& j, const std::string& where, Manifest* m) {
         spec.dims[i] = d;
       }
       if (static_cast<size_t>(i) < max_shape.size())
-        KILN_RETURN_IF_ERROR(JsonInteger(max_shape[i], where,
-                                         at + ".max_shape[" + std::to_string(i) + "]",
-                                         &spec.max_dims[i]));
+        KILN_RETURN_IF_ERROR(JsonInteger(
+            max_shape[i], where, at + ".max_shape[" + std::to_string(i) + "]", &spec.max_dims[i]));
     }
     m->fields.push_back(spec);
   }
@@ -291,7 +288,9 @@ std::string ManifestToJson(const Manifest& m) {
         shape.push_back(f.dims[i] == FieldSpec::kVariableDim ? json(nullptr) : json(f.dims[i]));
         max_shape.push_back(f.max_dims[i]);
       }
-      fields.push_back({{"name", f.name}, {"dtype", DTypeName(f.dtype)}, {"shape", shape},
+      fields.push_back({{"name", f.name},
+                        {"dtype", DTypeName(f.dtype)},
+                        {"shape", shape},
                         {"max_shape", max_shape}});
     }
     j["fields"] = fields;
@@ -335,16 +334,15 @@ Status ManifestFromJson(const std::string& text, const std::string& where, Manif
     if (m.format_version != kFormatVersion && m.format_version != kFormatVersion2)
       return Status::Corruption(where + ": format version " + std::to_string(m.format_version) +
                                 ", this kiln reads versions " + std::to_string(kFormatVersion) +
-                                " and " + std::to_string(kFormatVersion2) +
-                                "; use a newer kiln");
+                                " and " + std::to_string(kFormatVersion2) + "; use a newer kiln");
     m.kiln_version = j.value("kiln_version", std::string());
     KILN_RETURN_IF_ERROR(JsonInteger(j.at("count"), where, "count", &m.count));
     if (m.format_version == kFormatVersion2) {
       KILN_RETURN_IF_ERROR(FieldsFromJson(j, where, &m));
     } else {
       const json& sample = j.at("sample");
-      KILN_RETURN_IF_ERROR(ParseDType(sample.at("dtype").get<std::string>(), &m.dtype)
-                               .WithContext(where));
+      KILN_RETURN_IF_ERROR(
+          ParseDType(sample.at("dtype").get<std::string>(), &m.dtype).WithContext(where));
       if (!IsPixelDType(m.dtype))
         return Status::Corruption(where + ": sample dtype " + DTypeName(m.dtype) +
                                   " in a format 1 cache (uint8, float16 or float32 only)");
@@ -372,8 +370,8 @@ Status ManifestFromJson(const std::string& text, const std::string& where, Manif
       KILN_RETURN_IF_ERROR(JsonInteger(layout.at("initial_map_size"), where,
                                        "layout.initial_map_size", &m.initial_map_size));
       if (layout.contains("commit_bytes"))
-        KILN_RETURN_IF_ERROR(JsonInteger(layout.at("commit_bytes"), where, "layout.commit_bytes",
-                                         &m.commit_bytes));
+        KILN_RETURN_IF_ERROR(
+            JsonInteger(layout.at("commit_bytes"), where, "layout.commit_bytes", &m.commit_bytes));
       else
         KILN_RETURN_IF_ERROR(JsonInteger(layout.at("commit_records"), where,
                                          "layout.commit_records", &m.commit_records));

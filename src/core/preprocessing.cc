@@ -22,7 +22,7 @@ constexpr const char* kRecipeKeys[] = {
     "shuffle_seed", "val_fraction", "split", "stats_sample", "libraries"};
 // Known but optional: "part" (a part's own record).
 bool IsKnownKey(const std::string& k) {
-  if (k == "part") return true;
+  if (k == "part" || k == "whole" || k == "max_side") return true;
   for (const char* r : kRecipeKeys)
     if (k == r) return true;
   return false;
@@ -44,6 +44,8 @@ json ToJsonValue(const Preprocessing& p) {
   j["resize"] = p.resize;
   j["crop"] = p.crop;
   j["size"] = {p.size_w, p.size_h};
+  if (p.whole) j["whole"] = true;
+  if (p.max_side > 0) j["max_side"] = p.max_side;
   j["interpolation"] = p.interpolation;
   j["channels"] = p.channels;
   j["dtype"] = DTypeName(p.dtype);
@@ -127,6 +129,8 @@ Status Preprocessing::FromJson(const std::string& text, const std::string& where
       KILN_RETURN_IF_ERROR(JsonInteger(size.at(0), where, "size[0]", &p.size_w, 0));
       KILN_RETURN_IF_ERROR(JsonInteger(size.at(1), where, "size[1]", &p.size_h, 0));
     }
+    get("whole", &p.whole);
+    KILN_RETURN_IF_ERROR(integer("max_side", &p.max_side, 0, kMaxInt));
     get("interpolation", &p.interpolation);
     KILN_RETURN_IF_ERROR(integer("channels", &p.channels, 1, 3));
     if (j.contains("dtype")) {
@@ -185,8 +189,8 @@ std::string RecipeChanges(const Preprocessing& from, const Preprocessing& to) {
 std::vector<std::string> TensorRecipeDifferences(const Preprocessing& a, const Preprocessing& b) {
   const json pa = ToJsonValue(a), pb = ToJsonValue(b);
   std::vector<std::string> out;
-  for (const char* key :
-       {"channels", "resize", "crop", "size", "interpolation", "normalized", "mean", "std"}) {
+  for (const char* key : {"channels", "resize", "crop", "size", "whole", "max_side",
+                          "interpolation", "normalized", "mean", "std"}) {
     const json va = pa.contains(key) ? pa[key] : json();
     const json vb = pb.contains(key) ? pb[key] : json();
     if (va != vb)

@@ -36,8 +36,10 @@ size_t DTypeSize(DType dtype) {
     case DType::kUint8: return 1;
     case DType::kFloat16: return 2;
     case DType::kFloat32: return 4;
-    case DType::kInt32: return 4;
-    case DType::kInt64: return 8;
+    case DType::kInt32:
+      return 4;
+    case DType::kInt64:
+      return 8;
   }
   return 0;
 }
@@ -47,8 +49,10 @@ const char* DTypeName(DType dtype) {
     case DType::kUint8: return "uint8";
     case DType::kFloat16: return "float16";
     case DType::kFloat32: return "float32";
-    case DType::kInt32: return "int32";
-    case DType::kInt64: return "int64";
+    case DType::kInt32:
+      return "int32";
+    case DType::kInt64:
+      return "int64";
   }
   return "unknown";
 }
@@ -136,7 +140,9 @@ void EncodeRecordHeader(uint64_t index, DType dtype, const Shape& shape, int64_t
 size_t RecordV2TableEnd(int n) { return kRecordV2HeaderSize + kFieldEntrySize * n; }
 
 namespace {
-uint64_t AlignField(uint64_t offset) { return (offset + kFieldAlign - 1) / kFieldAlign * kFieldAlign; }
+uint64_t AlignField(uint64_t offset) {
+  return (offset + kFieldAlign - 1) / kFieldAlign * kFieldAlign;
+}
 
 // Version 2's part of DecodeRecordHeader (magic and version checked).
 Status DecodeRecordV2(uint64_t index, const uint8_t* v, size_t size, RecordHeader* out) {
@@ -230,7 +236,8 @@ void EncodeRecordV2(uint64_t index, const FieldData* fields, int n, uint8_t* v) 
     const FieldData& fd = fields[f];
     e[0] = static_cast<uint8_t>(fd.dtype);
     e[1] = static_cast<uint8_t>(fd.shape.ndim);
-    for (int i = 0; i < kMaxDims; ++i) PutU32(e + 8 + 4 * i, i < fd.shape.ndim ? fd.shape.dims[i] : 0);
+    for (int i = 0; i < kMaxDims; ++i)
+      PutU32(e + 8 + 4 * i, i < fd.shape.ndim ? fd.shape.dims[i] : 0);
     const uint64_t offset = AlignField(end);
     PutU64(e + 24, offset);
     std::memset(v + end, 0, offset - end);

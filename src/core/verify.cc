@@ -274,9 +274,7 @@ class Verifier {
       // A record of another shape is not checksummed: its payload length
       // is not the manifest's. (A version 2 record's table bounds its
       // payloads by the value's length: its checksum is still checked.)
-      if (decoded.version == kRecordVersion &&
-          (h.dtype != m_.dtype || h.shape != m_.shape))
-        return;
+      if (decoded.version == kRecordVersion && (h.dtype != m_.dtype || h.shape != m_.shape)) return;
     }
     slots->push_back({idx, value, size, h.checksum});
   }
@@ -332,8 +330,9 @@ class Verifier {
         Problem(Kind::kRecord, static_cast<int64_t>(s.index), info.file,
                 h.version == kRecordVersion
                     ? std::string("payload holds NaN or Inf")
-                    : "field '" + (f < static_cast<int>(m_.fields.size()) ? m_.fields[f].name
-                                                                          : std::to_string(f)) +
+                    : "field '" +
+                          (f < static_cast<int>(m_.fields.size()) ? m_.fields[f].name
+                                                                  : std::to_string(f)) +
                           "' holds NaN or Inf");
         break;
       }

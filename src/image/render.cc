@@ -76,7 +76,8 @@ Status RecordToImage(const Manifest& m, const RecordView& record, ImageU8* out) 
                                    shape.ToString() + ": too large to be an image");
   if (!IsPixelDType(record.dtype))
     return Status::InvalidArgument("record " + std::to_string(record.index) + " is " +
-                                   DTypeName(record.dtype) + ": only uint8, float16 and float32 "
+                                   DTypeName(record.dtype) +
+                                   ": only uint8, float16 and float32 "
                                    "records are images");
   const int c = static_cast<int>(shape.dims[0]);
   const int h = static_cast<int>(shape.dims[1]);

@@ -1,6 +1,7 @@
 // kiln::image transforms: torchvision geometry, PIL resampling, CHW output.
 #include "kiln/image/transform.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "resample.h"
@@ -31,6 +32,12 @@ Status CheckSpec(const ResizeSpec& s) {
   if (s.squash_w > 0 && s.resize_shorter > 0) {
     return Status::InvalidArgument("ResizeSpec: resize_shorter and squash_w/h exclude each other");
   }
+  if (s.max_side < 0 || (s.max_side > 0 && s.squash_w > 0))
+    return Status::InvalidArgument("ResizeSpec: max_side must be positive and excludes squash");
+  if (s.max_side > 0 && s.resize_shorter >= s.max_side)
+    return Status::InvalidArgument("ResizeSpec: max_side " + std::to_string(s.max_side) +
+                                   " must be larger than the shorter side's " +
+                                   std::to_string(s.resize_shorter));
   return Status::OK();
 }
 
@@ -82,6 +89,17 @@ Status PlanResize(int in_w, int in_h, const ResizeSpec& spec, int* resized_w, in
   } else {
     *resized_w = in_w;
     *resized_h = in_h;
+  }
+  if (spec.max_side > 0 && std::max(*resized_w, *resized_h) > spec.max_side) {
+    // torchvision: new_short = int(max_size * new_short / new_long), the
+    // product exact, a true division, then truncation.
+    const bool w_short = *resized_w <= *resized_h;
+    const int shorter = w_short ? *resized_w : *resized_h;
+    const int longer = w_short ? *resized_h : *resized_w;
+    const int new_short = std::max(
+        1, static_cast<int>(static_cast<double>(int64_t{spec.max_side} * shorter) / longer));
+    *resized_w = w_short ? new_short : spec.max_side;
+    *resized_h = w_short ? spec.max_side : new_short;
   }
   return Status::OK();
 }

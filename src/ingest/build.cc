@@ -59,6 +59,26 @@ Status CheckOptions(const BuildOptions& o) {
     return Status::InvalidArgument("--size needs both width and height (WxH)");
   if (o.size_w > 0 && o.resize > 0)
     return Status::InvalidArgument("--size and --resize exclude each other");
+  if (o.max_side < 0 || o.shorter_side < 0)
+    return Status::InvalidArgument("--max-side and --shorter-side must not be negative");
+  if (o.max_side > 0 || o.shorter_side > 0) {
+    if (o.resize > 0 || o.crop > 0 || o.size_w > 0)
+      return Status::InvalidArgument(
+          "--max-side/--shorter-side store each image whole, at its own size: they exclude "
+          "--resize, --crop and --size (crop at load time instead)");
+    if (o.max_side > 0 && o.shorter_side >= o.max_side)
+      return Status::InvalidArgument(
+          "--max-side must be larger than --shorter-side (as "
+          "torchvision's Resize(size, max_size) requires)");
+    if (o.num_parts > 1)
+      return Status::NotSupported(
+          "--num-parts with --max-side/--shorter-side is not supported "
+          "yet (kiln merge joins format 1 parts only)");
+    if (o.repair)
+      return Status::NotSupported(
+          "--repair of a cache of whole images (format 2) is not "
+          "supported yet: rebuild it with --force");
+  }
   if (o.val_fraction < 0 || o.val_fraction >= 1)
     return Status::InvalidArgument("--val-fraction must be in [0, 1)");
   return Status::OK();
@@ -156,8 +176,10 @@ class Builder {
       r.part_index = opt_.part;
       r.part_count = opt_.num_parts;
     }
-    r.resize = opt_.resize;
+    r.resize = opt_.shorter_side > 0 ? opt_.shorter_side : opt_.resize;
     r.crop = opt_.crop;
+    r.whole = opt_.max_side > 0 || opt_.shorter_side > 0;
+    r.max_side = opt_.max_side;
     r.size_w = opt_.size_w;
     r.size_h = opt_.size_h;
     r.channels = opt_.channels;
@@ -268,6 +290,19 @@ class Builder {
     WriterOptions wo;
     wo.dtype = opt_.dtype;
     wo.shape = shape_;
+    if (pre.whole()) {
+      // Format 2: "image" C x ? x ? and "label", the names a format 1 cache
+      // reads as.
+      FieldSpec image, label;
+      image.name = "image";
+      image.dtype = opt_.dtype;
+      image.ndim = 3;
+      image.dims = {opt_.channels, FieldSpec::kVariableDim, FieldSpec::kVariableDim, 0};
+      label.name = "label";
+      label.dtype = DType::kInt64;
+      wo.fields = {image, label};
+      wo.label_field = "label";
+    }
     wo.shard_size = opt_.shard_size;
     wo.resume = resume;
     wo.first_index = plan.first;
@@ -308,7 +343,7 @@ class Builder {
       Progress bp;
       bp.done = c.written + c.rejected + start;
       bp.total = plan.order.size();
-      bp.bytes = c.written * pre.record_bytes();
+      bp.bytes = c.bytes;
       bp.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       bp.final = final;
       progress_(plan.dir, bp);
@@ -327,7 +362,7 @@ class Builder {
     res_->written += resumed_records + counts.written;
     res_->rejected += rejects.entries().size();
     res_->retryable += rejects.retryable();
-    res_->bytes += counts.written * pre.record_bytes();
+    res_->bytes += counts.bytes;
     if (!rejects.entries().empty() && res_->first_reject.empty())
       res_->first_reject = rejects.entries()[0].Text();
     if (!failure.ok()) {
@@ -367,7 +402,9 @@ class Builder {
     if (it == src_.items.end() || it->rel_path != rel) return false;
     Preprocessor::Scratch scratch;
     std::vector<uint8_t> record(pre.record_bytes());
-    return !Retryable(pre.TryProcess(src_.root, *it, &scratch, record.data()));
+    Shape shape;
+    return !Retryable(pre.whole() ? pre.TryProcessWhole(src_.root, *it, &scratch, &record, &shape)
+                                  : pre.TryProcess(src_.root, *it, &scratch, record.data()));
   }
 
   // sources.tsv: every source file of the build with its size and mtime,

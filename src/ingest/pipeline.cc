@@ -16,7 +16,10 @@ constexpr size_t kChunk = 16;  // items per pipeline token
 
 struct Chunk {
   size_t begin = 0, end = 0;  // positions of the job's order
-  std::vector<uint8_t> payload;
+  std::vector<uint8_t> payload;  // kChunk records of record_bytes
+  // Whole images (record_bytes 0): each record's payload and shape.
+  std::vector<std::vector<uint8_t>> whole;
+  std::vector<Shape> shapes;
   std::vector<Status> status;
   // The stages done with the chunk. oneTBB passes a token from stage to
   // stage with synchronization of its own, which ThreadSanitizer cannot see
@@ -54,6 +57,10 @@ class ChunkPool {
     if (pool_.empty()) {
       auto c = std::make_unique<Chunk>();
       c->payload.resize(kChunk * record_bytes_);
+      if (record_bytes_ == 0) {
+        c->whole.resize(kChunk);
+        c->shapes.resize(kChunk);
+      }
       c->status.resize(kChunk);
       return c.release();
     }
@@ -119,8 +126,11 @@ Status RunPipeline(const PipelineJob& job, CacheWriter* writer, RejectLog* rejec
         s = Status::NotFound("skip");
         continue;
       }
-      s = pre.TryProcess(src.root, src.items[order[k]], &scratch,
-                         c->payload.data() + (k - c->begin) * record_bytes);
+      const size_t j = k - c->begin;
+      s = pre.whole() ? pre.TryProcessWhole(src.root, src.items[order[k]], &scratch, &c->whole[j],
+                                            &c->shapes[j])
+                      : pre.TryProcess(src.root, src.items[order[k]], &scratch,
+                                       c->payload.data() + j * record_bytes);
     }
     c->Published(2);
     return c;
@@ -132,8 +142,19 @@ Status RunPipeline(const PipelineJob& job, CacheWriter* writer, RejectLog* rejec
       const Status& s = c->status[k - c->begin];
       const SourceItem& it = src.items[order[k]];
       if (s.ok()) {
-        failure = writer->Append(writer->next_index(), it.label,
-                                 c->payload.data() + (k - c->begin) * record_bytes);
+        const size_t j = k - c->begin;
+        if (pre.whole()) {
+          // Format 2: the image at its own size, and the label.
+          const int64_t label = it.label;
+          const FieldData fields[2] = {{pre.recipe_dtype(), c->shapes[j], c->whole[j].data()},
+                                       {DType::kInt64, Shape{}, &label}};
+          failure = writer->AppendFields(writer->next_index(), fields, 2);
+          if (failure.ok()) counts->bytes += c->whole[j].size();
+        } else {
+          failure =
+              writer->Append(writer->next_index(), it.label, c->payload.data() + j * record_bytes);
+          if (failure.ok()) counts->bytes += record_bytes;
+        }
         if (failure.ok()) ++counts->written;  // a record that failed to append is not written
       } else if (!rejects->before().count(k)) {
         ++counts->rejected;

@@ -31,6 +31,7 @@ struct PipelineJob {
 
 struct PipelineCounts {
   uint64_t written = 0;   // records appended by this run
+  uint64_t bytes = 0;     // their payload bytes
   uint64_t rejected = 0;  // sources rejected by this run
 };
 

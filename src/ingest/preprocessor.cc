@@ -18,6 +18,7 @@ image::ResizeSpec SpecOf(const Preprocessing& r) {
   spec.crop = r.crop;
   spec.squash_w = r.size_w;
   spec.squash_h = r.size_h;
+  spec.max_side = r.max_side;
   return spec;
 }
 }  // namespace
@@ -59,6 +60,7 @@ Status Preprocessor::Resize(const std::string& root, const SourceItem& item,
       image::Decode(bytes.data(), bytes.size(), item.rel_path, dopt, &scratch->decoded));
   KILN_RETURN_IF_ERROR(image::ResizeAndCrop(scratch->decoded, spec_, &scratch->resized));
   const image::ImageU8& r = scratch->resized;
+  if (whole()) return Status::OK();
   if (r.width != static_cast<int>(shape_.dims[2]) || r.height != static_cast<int>(shape_.dims[1]))
     return Status::InvalidArgument(
         "size " + std::to_string(r.width) + "x" + std::to_string(r.height) +
@@ -93,9 +95,25 @@ Status Preprocessor::TryProcess(const std::string& root, const SourceItem& item,
   return Guarded([&] { return Process(root, item, scratch, dst); });
 }
 
+Status Preprocessor::TryProcessWhole(const std::string& root, const SourceItem& item,
+                                     Scratch* scratch, std::vector<uint8_t>* dst,
+                                     Shape* shape) const {
+  return Guarded([&] {
+    KILN_RETURN_IF_ERROR(Resize(root, item, scratch));
+    const image::ImageU8& r = scratch->resized;
+    shape->ndim = 3;
+    shape->dims = {static_cast<uint32_t>(r.channels), static_cast<uint32_t>(r.height),
+                   static_cast<uint32_t>(r.width), 0};
+    dst->resize(shape->NumElements() * DTypeSize(recipe_.dtype));
+    return image::ToCHW(r, recipe_.dtype, mean_.data(), std_.data(), dst->data());
+  });
+}
+
 Status Preprocessor::PlanShape(const Preprocessing& recipe, const SourceList& src, Shape* out) {
   int w = 0, h = 0;
-  if (recipe.crop > 0) {
+  if (recipe.whole) {
+    // Each record has its own size.
+  } else if (recipe.crop > 0) {
     w = h = recipe.crop;
   } else if (recipe.size_w > 0) {
     w = recipe.size_w;

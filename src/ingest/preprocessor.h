@@ -40,11 +40,17 @@ class Preprocessor {
   static Status FromManifestRecipe(const Preprocessing& recipe, const Shape& shape,
                                    Preprocessor* out);
 
+  // The records' shape: C x H x W, or, for whole images (the recipe's
+  // `whole`: each record at its own size, a format 2 cache), C x 0 x 0.
   const Shape& shape() const { return shape_; }
+  bool whole() const { return recipe_.whole; }
+  DType recipe_dtype() const { return recipe_.dtype; }
+  // Bytes of a record; 0 for whole images (each has its own).
   uint64_t record_bytes() const { return record_bytes_; }
 
   // Reads ROOT/item.rel_path, decodes, resizes and crops it into
-  // scratch->resized (HWC, uint8), checking the size against shape().
+  // scratch->resized (HWC, uint8), checking the size against shape()
+  // (except for whole images).
   // Returns the reason a file cannot be a record.
   Status Resize(const std::string& root, const SourceItem& item, Scratch* scratch) const;
   // Resize, then writes the record payload (CHW, dtype, normalized with
@@ -56,9 +62,15 @@ class Preprocessor {
   // the reject can be retried (journal.h, Retryable).
   Status TryProcess(const std::string& root, const SourceItem& item, Scratch* scratch,
                     void* dst) const;
+  // For whole images: Resize, then the payload (CHW, dtype, normalized) into
+  // *dst, resized to fit, and its shape (C x H x W) into *shape; exceptions
+  // from below as TryProcess turns them.
+  Status TryProcessWhole(const std::string& root, const SourceItem& item, Scratch* scratch,
+                         std::vector<uint8_t>* dst, Shape* shape) const;
 
-  // The record shape for `recipe`: fixed by crop or size; otherwise that of
-  // the first image of `src` that decodes. InvalidArgument when none does.
+  // The record shape for `recipe`: fixed by crop or size; C x 0 x 0 for
+  // whole images; otherwise that of the first image of `src` that decodes.
+  // InvalidArgument when none does.
   static Status PlanShape(const Preprocessing& recipe, const SourceList& src, Shape* out);
 
   // Exact per-channel mean and std (in [0, 1] units) of the resized pixels

@@ -115,10 +115,15 @@ Status VerifyWithSources(const std::string& dir, const VerifyOptions& options, S
         const SourceItem& it = by_record[rec]->item;
         RecordView v;
         if (!txn->Get(static_cast<uint64_t>(rec), &v).ok()) continue;  // reported by full
-        Status ps = pre.Process(RawName(m.preprocessing.source.root), it, &scratch, buf.data());
+        Shape shape = v.shape;
+        Status ps = pre.whole() ? pre.TryProcessWhole(RawName(m.preprocessing.source.root), it,
+                                                      &scratch, &buf, &shape)
+                                : pre.Process(RawName(m.preprocessing.source.root), it, &scratch,
+                                              buf.data());
         if (!ps.ok()) {
           problem(rec, it.rel_path, "cannot preprocess the source again: " + ps.message());
-        } else if (v.bytes != buf.size() || std::memcmp(v.data, buf.data(), buf.size()) != 0) {
+        } else if (v.bytes != buf.size() || shape != v.shape ||
+                   std::memcmp(v.data, buf.data(), buf.size()) != 0) {
           problem(rec, it.rel_path,
                   "preprocessing the source again gives different bytes than the record",
                   Kind::kRecord);

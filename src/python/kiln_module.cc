@@ -35,14 +35,14 @@
 #include <vector>
 
 #include "core/cpus.h"
-#include "python/binding.h"
+#include "core/escape.h"
 #include "core/fault_guard.h"
 #include "core/launch_env.h"
 #include "kiln/cache_reader.h"
-#include "core/escape.h"
 #include "kiln/loader.h"
 #include "kiln/manifest.h"
 #include "kiln/verify.h"
+#include "python/binding.h"
 
 namespace py = pybind11;
 
@@ -117,8 +117,8 @@ class PyCache {
     // Guarded: a shard changed under the map is an error, not a crash. The
     // header is read first (the arrays' shapes), then the payloads are
     // copied into the arrays, made between the two outside the guard.
-    bool read = GuardedRead([&] { s = txn_->Get(static_cast<uint64_t>(index), &v, verify); },
-                            &fault);
+    bool read =
+        GuardedRead([&] { s = txn_->Get(static_cast<uint64_t>(index), &v, verify); }, &fault);
     std::vector<py::array> arrays;
     if (read && s.ok()) {
       for (int f = 0; f < v.num_fields; ++f) {
@@ -411,20 +411,24 @@ PYBIND11_MODULE(_kiln, m) {
       .def(py::init<const std::string&>(), py::arg("path"))
       .def_property_readonly("path", [](const PyCache& c) { return c.reader()->dir(); })
       .def_property_readonly("count", [](const PyCache& c) { return c.reader()->size(); })
-      .def_property_readonly("shape",
-                             [](const PyCache& c) { return ShapeTuple(c.reader()->manifest().shape); })
-      .def_property_readonly("dtype",
-                             [](const PyCache& c) { return DTypeName(c.reader()->manifest().dtype); })
-      .def_property_readonly("record_bytes", [](const PyCache& c) { return c.reader()->record_bytes(); })
-      .def_property_readonly("classes", [](const PyCache& c) { return c.reader()->manifest().classes; })
-      .def_property_readonly("preprocessing_json",
-                             [](const PyCache& c) { return c.reader()->manifest().preprocessing.ToJson(); })
-      .def_property_readonly("manifest_json",
-                             [](const PyCache& c) { return ManifestToJson(c.reader()->manifest()); })
+      .def_property_readonly(
+          "shape", [](const PyCache& c) { return ShapeTuple(c.reader()->manifest().shape); })
+      .def_property_readonly(
+          "dtype", [](const PyCache& c) { return DTypeName(c.reader()->manifest().dtype); })
+      .def_property_readonly("record_bytes",
+                             [](const PyCache& c) { return c.reader()->record_bytes(); })
+      .def_property_readonly("classes",
+                             [](const PyCache& c) { return c.reader()->manifest().classes; })
+      .def_property_readonly(
+          "preprocessing_json",
+          [](const PyCache& c) { return c.reader()->manifest().preprocessing.ToJson(); })
+      .def_property_readonly(
+          "manifest_json", [](const PyCache& c) { return ManifestToJson(c.reader()->manifest()); })
       .def("get", &PyCache::Get, py::arg("index"), py::arg("verify") = false)
       .def_property_readonly("format_version",
                              [](const PyCache& c) { return c.reader()->manifest().format_version; })
-      .def_property_readonly("fields", [](const PyCache& c) { return FieldsList(c.reader()->manifest()); })
+      .def_property_readonly("fields",
+                             [](const PyCache& c) { return FieldsList(c.reader()->manifest()); })
       .def_property_readonly("normalization", [](const PyCache& c) -> py::object {
         std::vector<double> mean, std;
         Check(InputNormalization(c.reader()->manifest(), c.reader()->dir(), &mean, &std));

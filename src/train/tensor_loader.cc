@@ -62,8 +62,10 @@ torch::ScalarType CacheScalarType(DType d) {
     case DType::kUint8: return torch::kUInt8;
     case DType::kFloat16: return torch::kFloat16;
     case DType::kFloat32: return torch::kFloat32;
-    case DType::kInt32: return torch::kInt32;
-    case DType::kInt64: return torch::kInt64;
+    case DType::kInt32:
+      return torch::kInt32;
+    case DType::kInt64:
+      return torch::kInt64;
   }
   return torch::kUInt8;
 }

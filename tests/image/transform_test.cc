@@ -62,6 +62,33 @@ TEST_CASE("PlanResize follows torchvision's Resize(S) rounding", "[transform]") 
   CHECK(PlanGeometry(5, 5, half, &w, &h).IsInvalidArgument());
 }
 
+TEST_CASE("PlanResize's max_side follows torchvision's Resize(S, max_size), and bounds alone",
+          "[transform]") {
+  struct Case {
+    int w, h, s, max, want_w, want_h;
+  };
+  // With S: torchvision 0.14's F.resize(img, S, max_size=N) sizes (checked
+  // in Python for 1920x1080 and 1080x1920); without S the same rule on the
+  // image as it is; smaller images unchanged; the shorter side at least 1.
+  const Case cases[] = {{1920, 1080, 256, 400, 400, 225}, {1080, 1920, 256, 400, 225, 400},
+                        {500, 375, 0, 256, 256, 192},     {375, 500, 0, 256, 192, 256},
+                        {200, 100, 0, 256, 200, 100},     {3000, 1, 0, 256, 256, 1},
+                        {256, 256, 0, 256, 256, 256},     {640, 480, 256, 512, 341, 256}};
+  for (const Case& c : cases) {
+    INFO(c.w << "x" << c.h << " S=" << c.s << " max=" << c.max);
+    ResizeSpec spec = Spec(c.s, 0);
+    spec.max_side = c.max;
+    int w, h;
+    REQUIRE(PlanResize(c.w, c.h, spec, &w, &h).ok());
+    CHECK(w == c.want_w);
+    CHECK(h == c.want_h);
+  }
+  ResizeSpec bad = Spec(256, 0);
+  bad.max_side = 256;  // torchvision: max_size must exceed the size
+  int w, h;
+  CHECK(PlanResize(500, 375, bad, &w, &h).IsInvalidArgument());
+}
+
 TEST_CASE("CenterCrop offset is int(round((size - crop) / 2.0)), half to even", "[transform]") {
   // Pixel value = x coordinate, so the first output pixel tells the offset.
   auto by_x = [](int x, int, int) { return static_cast<uint8_t>(x); };

@@ -31,6 +31,13 @@ struct ResizeSpec {
   // Resize((H, W))). Both or neither; excludes resize_shorter.
   int squash_w = 0;
   int squash_h = 0;
+  // torchvision Resize(S, max_size=N) (with resize_shorter S) or
+  // Resize(None, max_size=N) (without): when the longer side, after the
+  // shorter-side resize if any, exceeds N, it becomes N and the shorter one
+  // int(N * short / long) (at least 1); smaller images keep their size.
+  // FFCV's max_resolution. 0 = no bound. Excludes squash; with
+  // resize_shorter, must exceed it (as torchvision requires).
+  int max_side = 0;
 };
 
 // The size after the resize step, before the crop, for an image whose

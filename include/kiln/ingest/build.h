@@ -89,6 +89,14 @@ struct BuildOptions {
   std::string list_file;             // "" = ImageFolder layout under src
   int resize = 0;                    // shorter side -> resize (torchvision Resize(S)); 0 = none
   int crop = 0;                      // center crop C x C; 0 = none
+  // Whole images, a format 2 cache: each record holds its image at its own
+  // size, aspect kept. max_side bounds the longer side (FFCV's
+  // max_resolution, torchvision Resize(max_size=)); shorter_side resizes
+  // the shorter side to S (torchvision Resize(S), so that a load-time
+  // CenterCrop is exactly torchvision's evaluation transform). Either or
+  // both (max_side > shorter_side); they exclude crop and size.
+  int max_side = 0;
+  int shorter_side = 0;
   int size_w = 0, size_h = 0;        // squash to W x H instead; 0 = none
   int channels = 3;                  // 1 or 3
   DType dtype = DType::kFloat16;     // float16/float32: normalized; uint8: raw pixels

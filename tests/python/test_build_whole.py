@@ -1,0 +1,133 @@
+"""kiln build --max-side / --shorter-side: each image stored whole at its own
+size (a format 2 cache of "image" and "label"), sized as torchvision's
+Resize(S, max_size=N) sizes it and resampled as PIL's resize(BILINEAR).
+Run as test_build_whole.py SYNTH DUMP_RECORDS DUMP_BATCHES CHECK
+(module_common.py); needs KILN_BIN and KILN_SAMPLE_PHOTOS (kiln build)."""
+import glob
+import os
+import subprocess
+import sys
+
+from module_common import run
+
+import kiln
+import numpy as np
+import torch  # noqa: F401  (module_common checked it)
+from PIL import Image
+
+KILN = os.environ.get("KILN_BIN")
+PHOTOS = os.environ.get("KILN_SAMPLE_PHOTOS")
+
+
+def png_folder(tmp):
+    """sample_data's photos as lossless PNGs in two class folders: the test
+    compares resampling, not two JPEG decoders."""
+    src = os.path.join(tmp, "src")
+    for k, path in enumerate(sorted(glob.glob(os.path.join(PHOTOS, "*.jpg")))):
+        d = os.path.join(src, "class_%d" % (k % 2))
+        os.makedirs(d, exist_ok=True)
+        Image.open(path).convert("RGB").save(os.path.join(d, os.path.basename(path)[:-4] + ".png"))
+    return src
+
+
+def build(src, out, *args):
+    subprocess.run([KILN, "build", src, out, "--dtype", "uint8", "--norm", "imagenet",
+                    "--progress", "none"] + list(args), check=True, stdout=subprocess.DEVNULL)
+    return kiln.Cache(out)
+
+
+def sources(src):
+    """The source files in record order (ImageFolder order)."""
+    return sorted(glob.glob(os.path.join(src, "*", "*.png")))
+
+
+def expected_size(w, h, shorter=0, max_side=0):
+    """torchvision's _compute_resized_output_size, with size None allowed."""
+    short, long_ = (w, h) if w <= h else (h, w)
+    if shorter:
+        new_short, new_long = shorter, int(shorter * long_ / short)
+    else:
+        new_short, new_long = short, long_
+    if max_side and new_long > max_side:
+        new_short, new_long = max(1, int(max_side * new_short / new_long)), max_side
+    return (new_short, new_long) if w <= h else (new_long, new_short)
+
+
+def check_max_side_matches_pil(tmp):
+    """--max-side 96: the longer side 96 (photos are larger), the shorter side
+    as torchvision computes it, pixels equal to PIL's resize; the manifest
+    records the fields and the largest size; inspect/verify --level deep pass."""
+    if not (KILN and PHOTOS):
+        print("  KILN_BIN / KILN_SAMPLE_PHOTOS not set (no kiln build): skipped")
+        return
+    src = png_folder(tmp)
+    c = build(src, os.path.join(tmp, "ms"), "--max-side", "96")
+    assert c.format_version == 2 and list(c.fields) == ["image", "label"], c.fields
+    assert c.fields["image"] == kiln.Field("uint8", (3, None, None))
+    assert c.preprocessing["whole"] is True and c.preprocessing["max_side"] == 96
+    files = sources(src)
+    assert len(c) == len(files)
+    for i, path in enumerate(files):
+        im = Image.open(path).convert("RGB")
+        w, h = expected_size(*im.size, max_side=96)
+        want = np.asarray(im.resize((w, h), Image.BILINEAR)).transpose(2, 0, 1)
+        got = c[i]["image"]
+        assert got.shape == want.shape, (path, got.shape, want.shape)
+        assert np.array_equal(got, want), (path, np.abs(got.astype(int) - want).max())
+        assert int(c[i]["label"]) == int(os.path.basename(os.path.dirname(path))[-1])
+    assert max(c[i]["image"].shape[1] for i in range(len(c))) == c.max_shapes["image"][1]
+    subprocess.run([KILN, "verify", os.path.join(tmp, "ms"), "--level", "deep"], check=True,
+                   stdout=subprocess.DEVNULL)
+
+
+def check_shorter_side_matches_torchvision(tmp):
+    """--shorter-side 80 equals torchvision's Resize(80) on the PIL image, byte
+    for byte; with --max-side 100 too, Resize(80, max_size=100)."""
+    if not (KILN and PHOTOS):
+        print("  KILN_BIN / KILN_SAMPLE_PHOTOS not set (no kiln build): skipped")
+        return
+    from torchvision.transforms import functional as F
+    src = png_folder(tmp)
+    files = sources(src)
+    for args, kw in ((["--shorter-side", "80"], {}),
+                     (["--shorter-side", "80", "--max-side", "100"], {"max_size": 100})):
+        out = os.path.join(tmp, "ss-" + "-".join(args))
+        c = build(src, out, *args)
+        for i, path in enumerate(files):
+            im = Image.open(path).convert("RGB")
+            want = np.asarray(F.resize(im, 80, **kw)).transpose(2, 0, 1)
+            got = c[i]["image"]
+            assert got.shape == want.shape and np.array_equal(got, want), (args, path, got.shape,
+                                                                          want.shape)
+
+
+def check_threads_give_same_bytes(tmp):
+    """A whole-image build gives the same shards for 1 and 2 threads, and a
+    second run with the same options finds it up to date."""
+    if not (KILN and PHOTOS):
+        print("  KILN_BIN / KILN_SAMPLE_PHOTOS not set (no kiln build): skipped")
+        return
+    src = png_folder(tmp)
+    shards = []
+    for threads in ("1", "2"):
+        out = os.path.join(tmp, "t" + threads)
+        build(src, out, "--max-side", "64", "--threads", threads)
+        shards.append([open(p, "rb").read()
+                       for p in sorted(glob.glob(os.path.join(out, "shard-*.mdb")))])
+    assert shards[0] == shards[1], "1 and 2 threads wrote different shards"
+    again = subprocess.run([KILN, "build", src, os.path.join(tmp, "t2"), "--dtype", "uint8",
+                            "--norm", "imagenet", "--progress", "none", "--max-side", "64",
+                            "--threads", "2"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True, check=True)
+    assert "up to date" in again.stdout, again.stdout
+    bad = subprocess.run([KILN, "build", src, os.path.join(tmp, "x"), "--max-side", "64",
+                          "--crop", "32"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True)
+    assert bad.returncode == 2 and "exclude --resize, --crop and --size" in bad.stdout, bad.stdout
+
+
+CHECKS = {name[len("check_"):]: fn for name, fn in globals().items()
+          if name.startswith("check_")}
+
+if __name__ == "__main__":
+    sys.exit(run(CHECKS))
