@@ -1,7 +1,9 @@
 // Duplicate records and train/val overlap.
 //
 // A record's fingerprint is the XXH3-128 of its payload (the preprocessed
-// tensor), so two records with equal fingerprints hold the same pixels: two
+// tensor; a format 2 record's: every field but the label, with its shape -
+// FingerprintRecord), so two records with equal fingerprints hold the same
+// pixels: two
 // source images that decode to the same pixels always do, whatever their
 // names or encodings. kiln build reports the duplicates of what it wrote in
 // OUT/duplicates.tsv; `kiln verify VAL --against TRAIN` compares two caches
@@ -30,6 +32,14 @@ struct Fingerprint {
 
 // XXH3-128 (xxHash 0.8, seed 0) of `bytes` bytes.
 Fingerprint FingerprintBytes(const void* data, size_t bytes);
+
+// A record's fingerprint in a cache of manifest `m`. Format 1: the
+// payload's FingerprintBytes. Format 2: XXH3-128 (seed 0) over every field
+// but the label field, in field order, each as its ndim and dims (u32
+// little-endian each) followed by its bytes - so that two records are
+// duplicates when all they hold besides their label is equal (an image
+// with other boxes is another sample).
+Fingerprint FingerprintRecord(const Manifest& m, const RecordView& v);
 
 // One record's fingerprint and label.
 struct RecordPrint {

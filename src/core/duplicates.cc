@@ -21,6 +21,29 @@ Fingerprint FingerprintBytes(const void* data, size_t bytes) {
   return f;
 }
 
+Fingerprint FingerprintRecord(const Manifest& m, const RecordView& v) {
+  if (m.format_version != kFormatVersion2) return FingerprintBytes(v.data, v.bytes);
+  XXH3_state_t state;
+  XXH3_INITSTATE(&state);
+  XXH3_128bits_reset(&state);
+  for (int f = 0; f < v.num_fields; ++f) {
+    if (f == m.label_field) continue;
+    const FieldView& fv = v.fields[f];
+    uint8_t shape[4 * (kMaxDims + 1)];
+    const uint32_t dims[kMaxDims + 1] = {static_cast<uint32_t>(fv.shape.ndim), fv.shape.dims[0],
+                                         fv.shape.dims[1], fv.shape.dims[2], fv.shape.dims[3]};
+    for (int i = 0; i <= kMaxDims; ++i)
+      for (int b = 0; b < 4; ++b) shape[4 * i + b] = static_cast<uint8_t>(dims[i] >> (8 * b));
+    XXH3_128bits_update(&state, shape, 4 * (fv.shape.ndim + 1));
+    XXH3_128bits_update(&state, fv.data, fv.bytes);
+  }
+  const XXH128_hash_t h = XXH3_128bits_digest(&state);
+  Fingerprint out;
+  out.high = h.high64;
+  out.low = h.low64;
+  return out;
+}
+
 Status FingerprintCache(const CacheReader& reader, int threads, std::vector<RecordPrint>* out) {
   const uint64_t n = reader.size();
   out->assign(n, RecordPrint());
@@ -42,7 +65,7 @@ Status FingerprintCache(const CacheReader& reader, int threads, std::vector<Reco
                             failed = true;
                             return;
                           }
-                          (*out)[i].print = FingerprintBytes(v.data, v.bytes);
+                          (*out)[i].print = FingerprintRecord(reader.manifest(), v);
                           (*out)[i].label = v.label;
                         }
                       });

@@ -93,3 +93,54 @@ TEST_CASE("FindDuplicates groups equal records within and across caches", "[dupl
       FindDuplicates({Prints(clean.path()), Prints(train.path())}), 0, 1);
   CHECK(across.overlap == 1);
 }
+
+TEST_CASE("a format 2 record's fingerprint covers every field but the label, with its shape",
+          "[duplicates]") {
+  TempDir dir;
+  WriterOptions o;
+  FieldSpec pixels, boxes, label;
+  pixels.name = "image";
+  pixels.dtype = DType::kUint8;
+  pixels.ndim = 1;
+  pixels.dims[0] = FieldSpec::kVariableDim;
+  boxes.name = "boxes";
+  boxes.dtype = DType::kFloat32;
+  boxes.ndim = 1;
+  boxes.dims[0] = FieldSpec::kVariableDim;
+  label.name = "label";
+  label.dtype = DType::kInt64;
+  o.fields = {pixels, boxes, label};
+  o.label_field = "label";
+  std::unique_ptr<CacheWriter> w;
+  REQUIRE(CacheWriter::Open(o, dir.path(), &w).ok());
+  // 0 and 1: the same but for their labels; 2: other boxes; 3: the first
+  // three of 0's image bytes.
+  const uint8_t image[4] = {1, 2, 3, 4};
+  const float box[1] = {0.5f};
+  struct Rec {
+    uint32_t n_image, n_boxes;
+    const void* boxes;
+    int64_t label;
+  };
+  const float other[1] = {0.25f};
+  const Rec recs[] = {{4, 1, box, 0}, {4, 1, box, 2}, {4, 1, other, 0}, {3, 1, box, 0}};
+  for (uint64_t i = 0; i < 4; ++i) {
+    const Rec& r = recs[i];
+    const FieldData f[3] = {{DType::kUint8, MakeShape({r.n_image}), image},
+                            {DType::kFloat32, MakeShape({r.n_boxes}), r.boxes},
+                            {DType::kInt64, Shape{}, &r.label}};
+    REQUIRE(w->AppendFields(i, f, 3).ok());
+  }
+  Manifest m;
+  m.classes = {"a", "b", "c"};
+  REQUIRE(w->Finish(&m).ok());
+  const std::vector<RecordPrint> p = Prints(dir.path());
+  REQUIRE(p.size() == 4);
+  CHECK(p[0].print == p[1].print);
+  CHECK(p[1].label == 2);
+  CHECK(p[0].print != p[2].print);
+  CHECK(p[0].print != p[3].print);
+  const std::vector<DuplicateGroup> g = FindDuplicates({p});
+  REQUIRE(g.size() == 1);
+  CHECK(g[0].labels_differ());
+}

@@ -273,7 +273,12 @@ TEST_CASE("batches with read-ahead equal batches without, byte for byte", "[load
   CountingScope scope(&r);
   o.readahead_bytes = 3000;  // a few records
   auto l = MakeLoader(reader.get(), o, &ring);
-  CHECK(RunEpoch(l.get(), &ring, 2) == plain);
+  // A slow consumer: the workers wait for slots, so the read-ahead thread
+  // gets its turn even on a loaded machine (without the pause the workers
+  // could fill the whole epoch before it was scheduled: 0 calls, seen in a
+  // CI run beside a build).
+  std::atomic<uint64_t> released{0};
+  CHECK(RunEpoch(l.get(), &ring, 2, &released, std::chrono::milliseconds(5)) == plain);
   CHECK(r.calls > 0);
 }
 
