@@ -156,8 +156,12 @@ KILN_COMMAND(Command{
       sub->add_option("OUT", o.out,
                       "cache directory to write (inside SRC it is not listed as a source)")
           ->required();
-      sub->add_option("--list", o.list_file,
-                      "list file of 'relative/path label' lines, or a CSV with header path,label");
+      sub->add_option(
+          "--list", o.list_file,
+          "list file of 'relative/path label' lines, or a CSV with header path,label - or "
+          "path,labels "
+          "(several, ';'-separated) and float target columns after it (a format 2 cache "
+          "of image, labels, target)");
       sub->add_option("--resize", o.resize, "shorter side to S (torchvision Resize(S))");
       sub->add_option("--crop", o.crop, "center crop C x C (torchvision CenterCrop(C))");
       sub->add_option("--size", a->size, "squash to WxH instead of --resize");

@@ -103,6 +103,10 @@ class Builder {
     if (opt_.strict && !src_.rejected.empty())
       return Status::Corruption(src_.rejected[0].path + ": " + src_.rejected[0].reason +
                                 " (rejected under --strict: fix it, or build without --strict)");
+    if (opt_.num_parts > 1 && (src_.multi_label || !src_.target_names.empty()))
+      return Status::NotSupported(
+          "--num-parts with a CSV of several labels or float targets is "
+          "not supported yet (kiln merge joins format 1 parts only)");
     recipe_ = BaseRecipe();
     KILN_RETURN_IF_ERROR(Preprocessor::PlanShape(recipe_, src_, &shape_));
     KILN_RETURN_IF_ERROR(ChooseNormalization());
@@ -190,6 +194,14 @@ class Builder {
     r.shuffle_seed = opt_.shuffle_seed;
     r.val_fraction = opt_.val_fraction;
     r.stats_sample = opt_.stats_sample;
+    // A CSV's float target columns, by name, in the order of the "target"
+    // field's values.
+    if (!src_.target_names.empty()) {
+      std::string names = "[";
+      for (size_t i = 0; i < src_.target_names.size(); ++i)
+        names += (i ? ", \"" : "\"") + EscapeName(src_.target_names[i]) + "\"";
+      r.extra["targets"] = names + "]";
+    }
     r.libraries["kiln"] = KilnVersion();
     for (const auto& [name, version] : image::CodecVersions()) r.libraries[name] = version;
     return r;
@@ -290,19 +302,10 @@ class Builder {
     WriterOptions wo;
     wo.dtype = opt_.dtype;
     wo.shape = shape_;
-    if (pre.whole()) {
-      // Format 2: "image" C x ? x ? and "label", the names a format 1 cache
-      // reads as.
-      FieldSpec image, label;
-      image.name = "image";
-      image.dtype = opt_.dtype;
-      image.ndim = 3;
-      image.dims = {opt_.channels, FieldSpec::kVariableDim, FieldSpec::kVariableDim, 0};
-      label.name = "label";
-      label.dtype = DType::kInt64;
-      wo.fields = {image, label};
-      wo.label_field = "label";
-    }
+    // Format 2 for whole images and a CSV's several labels or targets:
+    // "image" and "label", the names a format 1 cache reads as ("labels",
+    // "target": BuildFieldSpecs).
+    if (BuildWritesFields(src_, pre)) wo.fields = BuildFieldSpecs(src_, pre, &wo.label_field);
     wo.shard_size = opt_.shard_size;
     wo.resume = resume;
     wo.first_index = plan.first;
@@ -355,6 +358,7 @@ class Builder {
     job.preprocessor = &pre;
     job.threads = opt_.threads;
     job.strict = opt_.strict;
+    job.fields = BuildWritesFields(src_, pre);
     PipelineCounts counts;
     const Status failure = RunPipeline(
         job, writer.get(), &rejects, [&](const PipelineCounts& c) { report(c, false); }, &counts);

@@ -143,13 +143,32 @@ Status RunPipeline(const PipelineJob& job, CacheWriter* writer, RejectLog* rejec
       const SourceItem& it = src.items[order[k]];
       if (s.ok()) {
         const size_t j = k - c->begin;
-        if (pre.whole()) {
-          // Format 2: the image at its own size, and the label.
+        if (job.fields) {
+          // Format 2: the image (at its own size, or the fixed one), then
+          // the label or labels, then the targets (BuildFieldSpecs).
           const int64_t label = it.label;
-          const FieldData fields[2] = {{pre.recipe_dtype(), c->shapes[j], c->whole[j].data()},
-                                       {DType::kInt64, Shape{}, &label}};
-          failure = writer->AppendFields(writer->next_index(), fields, 2);
-          if (failure.ok()) counts->bytes += c->whole[j].size();
+          FieldData fields[3];
+          int n = 0;
+          if (pre.whole())
+            fields[n++] = {pre.recipe_dtype(), c->shapes[j], c->whole[j].data()};
+          else
+            fields[n++] = {pre.recipe_dtype(), pre.shape(), c->payload.data() + j * record_bytes};
+          if (src.multi_label) {
+            Shape ls;
+            ls.ndim = 1;
+            ls.dims[0] = static_cast<uint32_t>(it.labels.size());
+            fields[n++] = {DType::kInt64, ls, it.labels.data()};
+          } else {
+            fields[n++] = {DType::kInt64, Shape{}, &label};
+          }
+          if (!src.target_names.empty()) {
+            Shape ts;
+            ts.ndim = 1;
+            ts.dims[0] = static_cast<uint32_t>(it.targets.size());
+            fields[n++] = {DType::kFloat32, ts, it.targets.data()};
+          }
+          failure = writer->AppendFields(writer->next_index(), fields, n);
+          if (failure.ok()) counts->bytes += pre.whole() ? c->whole[j].size() : record_bytes;
         } else {
           failure =
               writer->Append(writer->next_index(), it.label, c->payload.data() + j * record_bytes);
@@ -187,6 +206,43 @@ Status RunPipeline(const PipelineJob& job, CacheWriter* writer, RejectLog* rejec
   (void)read_calls.load(std::memory_order_acquire);
   (void)write_calls.load(std::memory_order_acquire);
   return failure;
+}
+
+bool BuildWritesFields(const SourceList& src, const Preprocessor& pre) {
+  return pre.whole() || src.multi_label || !src.target_names.empty();
+}
+
+std::vector<FieldSpec> BuildFieldSpecs(const SourceList& src, const Preprocessor& pre,
+                                       std::string* label_field) {
+  FieldSpec image;
+  image.name = "image";
+  image.dtype = pre.recipe_dtype();
+  image.ndim = 3;
+  image.dims[0] = pre.shape().dims[0];
+  for (int i = 1; i < 3; ++i)
+    image.dims[i] = pre.whole() ? FieldSpec::kVariableDim : int64_t{pre.shape().dims[i]};
+  std::vector<FieldSpec> out = {image};
+  FieldSpec label;
+  label.dtype = DType::kInt64;
+  if (src.multi_label) {
+    label.name = "labels";
+    label.ndim = 1;
+    label.dims[0] = FieldSpec::kVariableDim;
+    label_field->clear();
+  } else {
+    label.name = "label";
+    *label_field = "label";
+  }
+  out.push_back(label);
+  if (!src.target_names.empty()) {
+    FieldSpec target;
+    target.name = "target";
+    target.dtype = DType::kFloat32;
+    target.ndim = 1;
+    target.dims[0] = static_cast<int64_t>(src.target_names.size());
+    out.push_back(target);
+  }
+  return out;
 }
 
 }  // namespace kiln::ingest

@@ -27,7 +27,20 @@ struct PipelineJob {
   const Preprocessor* preprocessor = nullptr;
   int threads = 0;      // 0 = all cores
   bool strict = false;  // the first reject fails the run
+  // Format 2 records (RecordFieldSpecs): the image (whole, or the
+  // preprocessor's fixed shape), then "label" or "labels", then "target".
+  bool fields = false;
 };
+
+// The fields of a format 2 cache kiln build writes for `src` and `pre`:
+// "image" (C x ? x ? for whole images, else the fixed shape), "label"
+// (int64 scalar) or, for a CSV with several labels, "labels" (int64, ?),
+// and "target" (float32, the CSV's float columns) when it has any. Sets
+// *label_field ("label", or "" for several labels).
+std::vector<FieldSpec> BuildFieldSpecs(const SourceList& src, const Preprocessor& pre,
+                                       std::string* label_field);
+// Whether kiln build writes format 2 for these sources and recipe.
+bool BuildWritesFields(const SourceList& src, const Preprocessor& pre);
 
 struct PipelineCounts {
   uint64_t written = 0;   // records appended by this run

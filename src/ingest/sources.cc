@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -14,12 +17,11 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "kiln/ingest/build.h"
-
 #include "core/decimal.h"
-#include "journal.h"
 #include "core/escape.h"
 #include "core/file.h"
+#include "journal.h"
+#include "kiln/ingest/build.h"
 #include "kiln/manifest.h"
 #include "source_list.h"
 #include "sources_tsv.h"
@@ -284,7 +286,9 @@ Status ParseSourceList(std::istream& in, const std::string& list_path, const std
   int lineno = 0;
   struct Row {
     std::string path, label, where;
+    std::vector<float> targets;
   };
+  size_t n_targets = 0;  // float columns after the label column
   std::vector<Row> rows;
   bool header = !csv;  // a CSV's first line that is not a comment is its header
   while (std::getline(in, line)) {
@@ -294,20 +298,64 @@ Status ParseSourceList(std::istream& in, const std::string& list_path, const std
     if (line.empty() || line[0] == '#') continue;
     const std::string where = list_path + ":" + std::to_string(lineno);
     std::string path, label;
+    std::vector<float> row_targets;
     if (csv) {
       if (!header) {
-        if (line != "path,label")
-          return Status::InvalidArgument(where + ": CSV header must be \"path,label\"");
+        // path,label | path,labels, then any float target columns.
+        std::vector<std::string> cols;
+        for (size_t at = 0;;) {
+          const size_t next = line.find(',', at);
+          cols.push_back(
+              line.substr(at, next == std::string::npos ? std::string::npos : next - at));
+          if (next == std::string::npos) break;
+          at = next + 1;
+        }
+        bool ok =
+            cols.size() >= 2 && cols[0] == "path" && (cols[1] == "label" || cols[1] == "labels");
+        for (size_t c = 2; ok && c < cols.size(); ++c) ok = !cols[c].empty();
+        if (!ok)
+          return Status::InvalidArgument(
+              where +
+              ": CSV header must be \"path,label\" or \"path,labels\" (several labels "
+              "separated by ';'), optionally followed by float target columns");
+        list.multi_label = cols[1] == "labels";
+        list.target_names.assign(cols.begin() + 2, cols.end());
+        n_targets = list.target_names.size();
         header = true;
         continue;
       }
-      const size_t comma = line.rfind(',');
-      if (comma == std::string::npos || comma == 0 || comma + 1 == line.size()) {
-        list.rejected.push_back({line, where + ": expected \"path,label\""});
+      // From the right: the float columns, then the label column; the rest
+      // is the path (which may hold commas, quoted).
+      std::string rest = line;
+      std::vector<float> targets(n_targets);
+      bool ok = true;
+      for (size_t t = n_targets; ok && t-- > 0;) {
+        const size_t comma = rest.rfind(',');
+        if (comma == std::string::npos) {
+          ok = false;
+          break;
+        }
+        const std::string cell = rest.substr(comma + 1);
+        char* end = nullptr;
+        const double v = cell.empty() ? 0 : std::strtod(cell.c_str(), &end);
+        ok = !cell.empty() && end == cell.c_str() + cell.size() && std::isfinite(v) &&
+             std::fabs(v) <= 3.4e38;
+        targets[t] = static_cast<float>(v);
+        rest.erase(comma);
+      }
+      const size_t comma = rest.rfind(',');
+      const bool empty_labels_ok = list.multi_label && comma != std::string::npos;
+      if (!ok || comma == std::string::npos || comma == 0 ||
+          (comma + 1 == rest.size() && !empty_labels_ok)) {
+        list.rejected.push_back(
+            {line, where + ": expected \"path," +
+                       std::string(list.multi_label ? "labels" : "label") +
+                       (n_targets ? ",<" + std::to_string(n_targets) + " numbers>" : "") + "\""});
         continue;
       }
-      path = line.substr(0, comma);
-      label = line.substr(comma + 1);
+      path = rest.substr(0, comma);
+      label = rest.substr(comma + 1);
+      row_targets = std::move(targets);
       // A quoted field, as Python's csv module writes one with a comma or a
       // quote in it: "a,b.png" and "say ""hi"".png".
       if (path.size() >= 2 && path.front() == '"' && path.back() == '"') {
@@ -331,7 +379,7 @@ Status ParseSourceList(std::istream& in, const std::string& list_path, const std
       list.rejected.push_back({path, where + ": the path is outside the source root " + list.root});
       continue;
     }
-    rows.push_back({path, label, where});
+    rows.push_back({path, label, where, std::move(row_targets)});
   }
   // Labels: all integers -> class indices, used as given (0 or more, so that
   // "-1" is an error, not a class name); otherwise class names, sorted.
@@ -340,11 +388,25 @@ Status ParseSourceList(std::istream& in, const std::string& list_path, const std
     return t.size() > digits && std::all_of(t.begin() + digits, t.end(),
                                             [](unsigned char ch) { return std::isdigit(ch); });
   };
+  // A multi-label field's labels, split at ';' (none for an empty field).
+  auto tokens = [&](const std::string& field) {
+    std::vector<std::string> out;
+    if (!list.multi_label) return std::vector<std::string>{field};
+    for (size_t at = 0; at < field.size();) {
+      size_t next = field.find(';', at);
+      if (next == std::string::npos) next = field.size();
+      if (next > at) out.push_back(field.substr(at, next - at));
+      at = next + 1;
+    }
+    return out;
+  };
   bool numeric = true;
-  for (const auto& r : rows) numeric = numeric && integer(r.label);
+  for (const auto& r : rows)
+    for (const std::string& t : tokens(r.label)) numeric = numeric && integer(t);
   std::map<std::string, int64_t> names;
   if (!numeric) {
-    for (const auto& r : rows) names[r.label] = 0;
+    for (const auto& r : rows)
+      for (const std::string& t : tokens(r.label)) names[t] = 0;
     int64_t i = 0;
     for (auto& kv : names) {
       kv.second = i++;
@@ -357,18 +419,32 @@ Status ParseSourceList(std::istream& in, const std::string& list_path, const std
   for (const auto& r : rows) {
     SourceItem item;
     item.rel_path = fs::path(r.path).lexically_normal().generic_string();
-    if (numeric) {
-      if (!ParseDecimal(r.label, &item.label) || item.label < 0 || item.label >= kMaxClasses) {
-        list.rejected.push_back(
-            {list.root + "/" + r.path,
-             r.where + ": label " + r.label + ": numeric labels are class indices 0.." +
-                 std::to_string(kMaxClasses - 1) + " (or give every line a class name)",
-             false});
-        continue;
+    item.targets = r.targets;
+    bool bad = false;
+    for (const std::string& t : tokens(r.label)) {
+      int64_t v = 0;
+      if (numeric) {
+        if (!ParseDecimal(t, &v) || v < 0 || v >= kMaxClasses) {
+          list.rejected.push_back(
+              {list.root + "/" + r.path,
+               r.where + ": label " + t + ": numeric labels are class indices 0.." +
+                   std::to_string(kMaxClasses - 1) + " (or give every line a class name)",
+               false});
+          bad = true;
+          break;
+        }
+      } else {
+        v = names[t];
       }
-    } else {
-      item.label = names[r.label];
+      if (list.multi_label) {
+        item.labels.push_back(v);
+      } else {
+        item.label = v;
+      }
     }
+    if (bad) continue;
+    std::sort(item.labels.begin(), item.labels.end());
+    item.labels.erase(std::unique(item.labels.begin(), item.labels.end()), item.labels.end());
     const Status found = stat(&item);
     if (!found.ok()) {
       // A file the environment keeps from being read is listed again by
@@ -381,6 +457,7 @@ Status ParseSourceList(std::istream& in, const std::string& list_path, const std
       continue;
     }
     max_label = std::max(max_label, item.label);
+    for (int64_t v : item.labels) max_label = std::max(max_label, v);
     list.items.push_back(std::move(item));
   }
   if (numeric)
@@ -408,7 +485,20 @@ std::string SourceDigest(const SourceList& list) {
   for (const SourceItem& it : list.items) {
     // Escaped as sources.tsv writes it: a name with a tab stays one field.
     std::string line = EscapeName(it.rel_path) + "\t" + std::to_string(it.label) + "\t" +
-                       std::to_string(it.size) + "\t" + std::to_string(it.mtime_ns) + "\n";
+                       std::to_string(it.size) + "\t" + std::to_string(it.mtime_ns);
+    // A CSV's several labels and float targets (absent otherwise, so that
+    // other listings keep their digests).
+    if (list.multi_label || !list.target_names.empty()) {
+      line += "\t";
+      for (size_t k = 0; k < it.labels.size(); ++k)
+        line += (k ? ";" : "") + std::to_string(it.labels[k]);
+      for (float t : it.targets) {
+        char buf[32];
+        std::snprintf(buf, sizeof(buf), "\t%.9g", t);
+        line += buf;
+      }
+    }
+    line += "\n";
     XXH3_64bits_update(&st, line.data(), line.size());
   }
   return DigestHex(XXH3_64bits_digest(&st));

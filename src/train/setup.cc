@@ -80,10 +80,26 @@ Status Trainer::Setup() {
   // Caches: verified, and the validation cache preprocessed like the training one.
   KILN_RETURN_IF_ERROR(OpenCache(o_.data, o_.verify, &train_));
   const Manifest& m = train_->manifest();
+  if (!m.fields.empty() && !m.fields[m.image_field].fixed())
+    return Status::NotSupported(o_.data + ": its images are stored whole, each at its own size (" +
+                                m.fields[m.image_field].ShapeText() +
+                                "); training from them needs a load-time resize and crop, which "
+                                "kiln train cannot apply yet: build the cache with --resize and "
+                                "--crop");
   if (m.shape.ndim != 3)
     return Status::InvalidArgument(o_.data + ": records of shape [C, H, W] are needed to train " +
                                    "on (this cache's have " + std::to_string(m.shape.ndim) +
                                    " dimensions)");
+  if (m.label_field < 0)
+    return Status::NotSupported(
+        o_.data + ": the cache has no label field of one class index per record (its fields: " +
+        [&m] {
+          std::string names;
+          for (const FieldSpec& f : m.fields) names += (names.empty() ? "" : ", ") + f.name;
+          return names;
+        }() +
+        "); kiln train trains single-label classifiers - train on several labels or targets "
+        "from Python with kiln.Cache");
   classes_ = static_cast<int64_t>(m.classes.size());
   if (classes_ < 2)
     return Status::InvalidArgument(o_.data + ": the manifest lists " + std::to_string(classes_) +

@@ -3,6 +3,7 @@
 // CSV), then the file's text. Files "exist" by a hash of their path, so no
 // file system is touched. What the parser accepts must hold only paths
 // inside the root, sorted and distinct, with labels naming its classes.
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -34,7 +35,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const kiln::ingest::SourceItem& it = list.items[i];
     KILN_FUZZ_CHECK(!it.rel_path.empty() && it.rel_path[0] != '/');
     for (const auto& part : std::filesystem::path(it.rel_path)) KILN_FUZZ_CHECK(part != "..");
-    KILN_FUZZ_CHECK(it.label >= 0 && static_cast<size_t>(it.label) < list.classes.size());
+    if (list.multi_label) {
+      // Several labels: each within the classes, sorted, once; no single one.
+      KILN_FUZZ_CHECK(it.label == -1);
+      for (size_t k = 0; k < it.labels.size(); ++k) {
+        KILN_FUZZ_CHECK(it.labels[k] >= 0 &&
+                        static_cast<size_t>(it.labels[k]) < list.classes.size());
+        if (k > 0) KILN_FUZZ_CHECK(it.labels[k - 1] < it.labels[k]);
+      }
+    } else {
+      KILN_FUZZ_CHECK(it.label >= 0 && static_cast<size_t>(it.label) < list.classes.size());
+    }
+    KILN_FUZZ_CHECK(it.targets.size() == list.target_names.size());
+    for (float t : it.targets) KILN_FUZZ_CHECK(std::isfinite(t));
     if (i > 0) KILN_FUZZ_CHECK(list.items[i - 1].rel_path < it.rel_path);
   }
   for (const kiln::ingest::SourceReject& r : list.rejected) {

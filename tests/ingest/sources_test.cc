@@ -171,6 +171,45 @@ TEST_CASE("list files and CSV", "[sources]") {
   }
 }
 
+TEST_CASE("a CSV of several labels and float targets", "[sources]") {
+  TempDir out;
+  const std::string root = KILN_SAMPLE_DATA;
+  WriteFile(out / "m.csv",
+            "path,labels,age,score\n"
+            "photos/rocket.jpg,space;sky;space,3,0.5\n"
+            "photos/chelsea.jpg,,7,-1e3\n"
+            "photos/coffee.jpg,cat,x,1\n"
+            "photos/camera.jpg,cat;sky,1\n"
+            "photos/astronaut.jpg,sky,2,inf\n");
+  ingest::SourceList list;
+  REQUIRE(ingest::ReadSourceList(root, out / "m.csv", &list).ok());
+  CHECK(list.multi_label);
+  CHECK(list.target_names == std::vector<std::string>{"age", "score"});
+  // Names over the labels of the lines that parse (cat is only on rejected
+  // lines), sorted; each item's labels sorted, once.
+  CHECK(list.classes == std::vector<std::string>{"sky", "space"});
+  REQUIRE(list.items.size() == 2);  // sorted by path: chelsea, rocket
+  CHECK(list.items[0].rel_path == "photos/chelsea.jpg");
+  CHECK(list.items[0].labels.empty());
+  CHECK(list.items[0].label == -1);
+  CHECK(list.items[0].targets == std::vector<float>{7.0f, -1000.0f});
+  CHECK(list.items[1].labels == std::vector<int64_t>{0, 1});
+  CHECK(list.items[1].targets == std::vector<float>{3.0f, 0.5f});
+  // A target that is not a finite number, and a line short of a column.
+  REQUIRE(list.rejected.size() == 3);
+  CHECK_THAT(list.rejected[0].reason,
+             Catch::EndsWith("m.csv:4: expected \"path,labels,<2 numbers>\""));
+  CHECK_THAT(list.rejected[1].reason, Catch::Contains("m.csv:5:"));
+  CHECK_THAT(list.rejected[2].reason, Catch::Contains("m.csv:6:"));
+  // The digest follows the labels and the targets.
+  const std::string digest = ingest::SourceDigest(list);
+  list.items[1].labels = {0};
+  CHECK(ingest::SourceDigest(list) != digest);
+  WriteFile(out / "bad.csv", "path,labels,\n");
+  CHECK_THAT(ingest::ReadSourceList(root, out / "bad.csv", &list).message(),
+             Catch::Contains("bad.csv:1: CSV header must be"));
+}
+
 TEST_CASE("ListSources picks the layout, and the digest follows path, label, size and mtime",
           "[sources]") {
   TempDir dir;

@@ -126,6 +126,39 @@ def check_threads_give_same_bytes(tmp):
     assert bad.returncode == 2 and "exclude --resize, --crop and --size" in bad.stdout, bad.stdout
 
 
+def check_csv_labels_and_targets(tmp):
+    """kiln build --list CSV with "path,labels,age" writes a format 2 cache of
+    image, labels (the indices of each line's names, sorted) and target (its
+    float columns); kiln train refuses it, naming what it lacks."""
+    if not (KILN and PHOTOS):
+        print("  KILN_BIN / KILN_SAMPLE_PHOTOS not set (no kiln build): skipped")
+        return
+    src = png_folder(tmp)
+    files = sources(src)
+    names = ["sea", "cat", "sky"]
+    rows = []
+    with open(os.path.join(tmp, "t.csv"), "w") as f:
+        f.write("path,labels,age\n")
+        for i, path in enumerate(files):
+            labels = sorted({names[k] for k in range(3) if (i >> k) & 1})
+            rows.append((path, labels, i * 1.5))
+            f.write("%s,%s,%r\n" % (os.path.relpath(path, src), ";".join(labels), i * 1.5))
+    out = os.path.join(tmp, "csv")
+    c = build(src, out, "--list", os.path.join(tmp, "t.csv"), "--resize", "40", "--crop", "32")
+    assert list(c.fields) == ["image", "labels", "target"], c.fields
+    assert c.fields["labels"] == kiln.Field("int64", (None,))
+    assert c.fields["target"] == kiln.Field("float32", (1,))
+    assert c.classes == sorted(names) and c.preprocessing["targets"] == ["age"]
+    for i, (path, labels, age) in enumerate(sorted(rows)):
+        rec = c[i]
+        assert rec["labels"].tolist() == [c.classes.index(n) for n in labels], (i, rec["labels"])
+        assert rec["target"].tolist() == [age], (i, rec["target"])
+        assert rec["image"].shape == (3, 32, 32)
+    train = subprocess.run([KILN, "train", "--data", out, "--epochs", "1"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert train.returncode != 0 and "no label field" in train.stdout, train.stdout
+
+
 CHECKS = {name[len("check_"):]: fn for name, fn in globals().items()
           if name.startswith("check_")}
 

@@ -29,6 +29,10 @@ struct SourceItem {
   int64_t label = -1;
   uint64_t size = 0;
   int64_t mtime_ns = 0;
+  // A CSV with a "labels" column: the item's class indices, sorted, each
+  // once (label is then -1); with float columns after it: their values.
+  std::vector<int64_t> labels;
+  std::vector<float> targets;
 };
 
 // What the listing could not use, and why.
@@ -44,6 +48,11 @@ struct SourceList {
   std::string root;                  // absolute path of the source root
   std::string layout;                // "imagefolder", "list" or "csv"
   std::vector<std::string> classes;  // label i names classes[i]
+  // A CSV "path,labels[,...]": several labels per item (SourceItem::labels).
+  bool multi_label = false;
+  // The names of a CSV's float columns after its label column, in order
+  // (SourceItem::targets holds their values); empty without.
+  std::vector<std::string> target_names;
   std::vector<SourceItem> items;     // sorted by rel_path
   // What the listing skipped, in a stable order: folders or files of an
   // ImageFolder tree that could not be read, symbolic link loops; lines of
@@ -69,10 +78,13 @@ struct SourceList {
 Status ListImageFolder(const std::string& root, SourceList* out, const std::string& skip = "");
 // A list file of "relative/path label" lines (Caffe's convert_imageset), or
 // a CSV with a header "path,label" (label a class name or an index): chosen
-// by the ".csv" extension. Paths are relative to `root`. A line that does
-// not parse, a path outside root, a missing file or a bad numeric label goes
-// to out->rejected; a missing list, a bad CSV header, a path listed twice or
-// no usable line at all is an InvalidArgument naming the file.
+// by the ".csv" extension. A CSV header "path,labels" gives several labels
+// per image, separated by ';' (names or indices, as for one; an empty field:
+// none); more columns after the label column, "path,label,age,score", are
+// float targets (each line's values must parse as finite numbers). Paths are relative to `root`. A
+// line that does not parse, a path outside root, a missing file or a bad numeric label goes to
+// out->rejected; a missing list, a bad CSV header, a path listed twice or no usable line at all is
+// an InvalidArgument naming the file.
 Status ReadSourceList(const std::string& root, const std::string& list_path, SourceList* out);
 
 // ListImageFolder(root, skip) when `list_file` is empty, else
