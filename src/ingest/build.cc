@@ -70,14 +70,6 @@ Status CheckOptions(const BuildOptions& o) {
       return Status::InvalidArgument(
           "--max-side must be larger than --shorter-side (as "
           "torchvision's Resize(size, max_size) requires)");
-    if (o.num_parts > 1)
-      return Status::NotSupported(
-          "--num-parts with --max-side/--shorter-side is not supported "
-          "yet (kiln merge joins format 1 parts only)");
-    if (o.repair)
-      return Status::NotSupported(
-          "--repair of a cache of whole images (format 2) is not "
-          "supported yet: rebuild it with --force");
   }
   if (o.val_fraction < 0 || o.val_fraction >= 1)
     return Status::InvalidArgument("--val-fraction must be in [0, 1)");
@@ -103,11 +95,11 @@ class Builder {
     if (opt_.strict && !src_.rejected.empty())
       return Status::Corruption(src_.rejected[0].path + ": " + src_.rejected[0].reason +
                                 " (rejected under --strict: fix it, or build without --strict)");
-    if (opt_.num_parts > 1 && (src_.multi_label || !src_.target_names.empty()))
-      return Status::NotSupported(
-          "--num-parts with a CSV of several labels or float targets is "
-          "not supported yet (kiln merge joins format 1 parts only)");
     recipe_ = BaseRecipe();
+    if (opt_.num_parts > 1 && BuildWritesFields(src_, recipe_))
+      return Status::NotSupported(
+          "--num-parts with whole images (--max-side/--shorter-side) or a CSV of several labels "
+          "or float targets is not supported yet (kiln merge joins format 1 parts only)");
     KILN_RETURN_IF_ERROR(Preprocessor::PlanShape(recipe_, src_, &shape_));
     KILN_RETURN_IF_ERROR(ChooseNormalization());
     std::vector<Plan> plans = MakePlans();
@@ -305,7 +297,7 @@ class Builder {
     // Format 2 for whole images and a CSV's several labels or targets:
     // "image" and "label", the names a format 1 cache reads as ("labels",
     // "target": BuildFieldSpecs).
-    if (BuildWritesFields(src_, pre)) wo.fields = BuildFieldSpecs(src_, pre, &wo.label_field);
+    if (BuildWritesFields(src_, recipe)) wo.fields = BuildFieldSpecs(src_, pre, &wo.label_field);
     wo.shard_size = opt_.shard_size;
     wo.resume = resume;
     wo.first_index = plan.first;
@@ -358,7 +350,7 @@ class Builder {
     job.preprocessor = &pre;
     job.threads = opt_.threads;
     job.strict = opt_.strict;
-    job.fields = BuildWritesFields(src_, pre);
+    job.fields = BuildWritesFields(src_, recipe);
     PipelineCounts counts;
     const Status failure = RunPipeline(
         job, writer.get(), &rejects, [&](const PipelineCounts& c) { report(c, false); }, &counts);

@@ -208,8 +208,8 @@ Status RunPipeline(const PipelineJob& job, CacheWriter* writer, RejectLog* rejec
   return failure;
 }
 
-bool BuildWritesFields(const SourceList& src, const Preprocessor& pre) {
-  return pre.whole() || src.multi_label || !src.target_names.empty();
+bool BuildWritesFields(const SourceList& src, const Preprocessing& recipe) {
+  return recipe.whole || src.multi_label || !src.target_names.empty();
 }
 
 std::vector<FieldSpec> BuildFieldSpecs(const SourceList& src, const Preprocessor& pre,

@@ -39,8 +39,9 @@ struct PipelineJob {
 // *label_field ("label", or "" for several labels).
 std::vector<FieldSpec> BuildFieldSpecs(const SourceList& src, const Preprocessor& pre,
                                        std::string* label_field);
-// Whether kiln build writes format 2 for these sources and recipe.
-bool BuildWritesFields(const SourceList& src, const Preprocessor& pre);
+// Whether kiln build writes format 2 for these sources and recipe: whole
+// images, or a CSV of several labels or float targets.
+bool BuildWritesFields(const SourceList& src, const Preprocessing& recipe);
 
 struct PipelineCounts {
   uint64_t written = 0;   // records appended by this run

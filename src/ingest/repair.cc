@@ -21,6 +21,13 @@ Status RepairCache(const std::string& dir, const Preprocessing& recipe, const Pr
     return Status::InvalidArgument(s.message() +
                                    "; --repair needs a finished cache (run the "
                                    "build without --repair to resume or rebuild it)");
+  // Records are rewritten in the format 1 layout only (RewriteRecords):
+  // refused before anything is verified or reprocessed.
+  if (m.format_version != kFormatVersion)
+    return Status::NotSupported(dir +
+                                ": --repair of a format 2 cache (whole images, several "
+                                "labels or float targets) is not supported yet: rebuild it with "
+                                "--force");
   if (m.preprocessing != recipe)
     return Status::InvalidArgument(dir +
                                    ": --repair needs the original build's sources and "

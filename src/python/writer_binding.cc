@@ -129,7 +129,7 @@ class PyWriter {
       for (const FieldSpec& f : fields_) declared = declared || f.name == key;
       if (!declared) throw std::invalid_argument(where(key) + ": not a declared field");
     }
-    py::module_ np = py::module_::import("numpy");
+    const py::module_& np = numpy_;
     std::vector<py::array> arrays;
     std::vector<FieldData> data(fields_.size());
     for (size_t f = 0; f < fields_.size(); ++f) {
@@ -210,6 +210,7 @@ class PyWriter {
 
  private:
   std::string path_;
+  py::module_ numpy_ = py::module_::import("numpy");  // once, not per sample
   std::vector<FieldSpec> fields_;
   int label_index_ = -1;  // the label field, or -1
   Manifest meta_;
