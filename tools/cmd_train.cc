@@ -134,6 +134,12 @@ KILN_COMMAND(Command{
       sub->add_option("--threads", o.threads, "LibTorch intra-op threads (default on the CPU: one per usable CPU)");
       sub->add_option("--crop", o.crop, "random crop (val: center crop) to CROP x CROP at load time");
       sub->add_flag("--flip", o.flip, "random horizontal flip at load time");
+      sub->add_option("--augment", o.augment,
+                      "load-time augmentation: rrc (RandomResizedCrop to --crop + flip for "
+                      "training, Resize + CenterCrop for --val, as torchvision's ImageNet recipe; "
+                      "uint8 caches), none (a --crop window), auto (rrc on a cache of whole "
+                      "images, else none)")
+          ->check(CLI::IsMember({"auto", "none", "rrc"}));
       sub->add_flag("--channels-last", o.channels_last, "channels-last (NHWC) input layout");
       sub->add_flag("--profile", o.profile,
                     "report where each epoch's step time went: data wait, forward, backward, "

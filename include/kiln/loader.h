@@ -46,9 +46,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "kiln/cache_reader.h"
+#include "kiln/geometry.h"
 #include "kiln/status.h"
 
 namespace kiln {
@@ -56,6 +58,23 @@ namespace kiln {
 // LoaderOptions::readahead_bytes: min(256 MiB, a quarter of the memory
 // available to the process).
 inline constexpr uint64_t kAutoReadAhead = ~uint64_t{0};
+
+// How LoaderOptions::crop cuts each sample's output out of its stored image.
+enum class CropKind {
+  // A crop x crop window of the stored record (the whole record when crop
+  // is 0): seeded with random_crop, else centred as torchvision's
+  // CenterCrop. Records of one fixed shape, any dtype.
+  kWindow,
+  // torchvision's RandomResizedCrop(crop, scale, ratio): a box drawn per
+  // sample as RandomResizedCrop.get_params draws it (LoaderOptions::rrc),
+  // resized to crop x crop as PIL's img.crop(box).resize(size, BILINEAR).
+  // uint8 CHW images, of one size or each of its own (format 2).
+  kRandomResized,
+  // torchvision's Resize(resize) + CenterCrop(crop) (the evaluation
+  // transform); exact, without resampling, on a cache built with
+  // --shorter-side equal to `resize`. uint8 CHW images, as kRandomResized.
+  kResizeCenter,
+};
 
 struct LoaderOptions {
   uint64_t batch_size = 256;  // samples per batch
@@ -66,8 +85,18 @@ struct LoaderOptions {
   int rank = 0;               // this process's rank, 0 <= rank < world_size
   int world_size = 1;         // number of ranks sharing each epoch
   uint32_t crop = 0;          // output H = W = crop from a larger CHW record; 0 = no crop
-  bool random_crop = false;   // true: seeded random crop per sample; false: center crop
+  CropKind crop_kind = CropKind::kWindow;  // how the crop is cut (see CropKind)
+  bool random_crop = false;     // kWindow: seeded random window per sample; false: center crop
+  uint32_t resize = 0;          // kResizeCenter: the shorter side before the crop; 0 = none
+  RandomResizedCropParams rrc;  // kRandomResized: the scale and ratio ranges
   bool random_flip = false;   // seeded horizontal flip with probability 1/2
+  // The output's element type: none = as stored. For a uint8 cache,
+  // kFloat16 or kFloat32 normalize with the manifest's mean and std
+  // (kiln::InputNormalization) in the same pass as the crop.
+  std::optional<DType> output_dtype;
+  // The largest crop SetResolution may set later (resolution schedules):
+  // slots are sized for it. 0 = crop.
+  uint32_t max_crop = 0;
   bool verify_checksums = false;  // recompute each record's checksum while loading
   // Bytes of upcoming records requested from the disk but not yet copied,
   // at most; 0 = no read-ahead.
@@ -79,6 +108,9 @@ struct LoaderOptions {
 struct BatchSlot {
   void* data = nullptr;
   int64_t* labels = nullptr;
+  // Optional, batch_size x 5 entries: per sample the box of its stored
+  // image the output shows (top, left, height, width) and 1 when flipped.
+  int64_t* boxes = nullptr;
 };
 
 struct Batch {
@@ -98,6 +130,12 @@ struct LoaderPosition {
 // record shape, its H and W cropped): what a caller allocates slots for
 // before Open. InvalidArgument for a crop or flip the records cannot take.
 Status LoaderOutputShape(const Manifest& m, const LoaderOptions& o, Shape* out);
+// The output's element type for `o` (the records' unless output_dtype).
+// InvalidArgument for a conversion the loader does not make.
+Status LoaderOutputDType(const Manifest& m, const LoaderOptions& o, DType* out);
+// The bytes one slot's `data` must hold: batch_size samples of the largest
+// output (max_crop) in the output dtype.
+Status LoaderSlotBytes(const Manifest& m, const LoaderOptions& o, uint64_t* out);
 
 class Loader {
  public:
@@ -116,6 +154,13 @@ class Loader {
   uint64_t batches_per_epoch() const;
   // The read-ahead budget in bytes (readahead_bytes resolved; 0 = off).
   uint64_t readahead_bytes() const;
+
+  // Sets the output size for the next epochs (resolution schedules): the
+  // crop becomes `crop`, at most the max_crop given to Open; samples are
+  // packed at the new size from the slot's start. REQUIRES: no slot held
+  // (call it between epochs, before StartEpoch). InvalidArgument for a size
+  // the records or the slots cannot take.
+  Status SetResolution(uint32_t crop);
 
   // Begins epoch `epoch` at batch `start_batch` (to resume mid-epoch).
   // REQUIRES: every slot handed out earlier has been released.

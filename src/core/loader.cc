@@ -10,6 +10,7 @@
 
 #include "core/fault_guard.h"
 #include "core/page_cache.h"
+#include "core/sample_transform.h"
 #include "kiln/shuffle.h"
 
 namespace kiln {
@@ -24,11 +25,6 @@ uint64_t Mix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// Uniform integer in [0, n) from a 64-bit draw (Lemire's multiply-shift).
-uint64_t Below(uint64_t draw, uint64_t n) {
-  return static_cast<uint64_t>((static_cast<unsigned __int128>(draw) * n) >> 64);
-}
-
 enum class SlotState { kFree, kFilling, kReady, kInUse };
 
 // How far (in batches) read-ahead may run past the lowest batch not yet
@@ -36,6 +32,91 @@ enum class SlotState { kFree, kFilling, kReady, kInUse };
 constexpr uint64_t kReadAheadBatches = 1024;
 // Records sampled at an epoch's start to judge whether it is in memory.
 constexpr uint64_t kResidencySamples = 16;
+
+// The stored image field: its spec (format 1: made from the manifest).
+FieldSpec ImageSpec(const Manifest& m) {
+  if (!m.fields.empty()) return m.fields[m.image_field];
+  FieldSpec f;
+  f.name = "image";
+  f.dtype = m.dtype;
+  f.ndim = m.shape.ndim;
+  for (int i = 0; i < m.shape.ndim; ++i) f.dims[i] = f.max_dims[i] = m.shape.dims[i];
+  return f;
+}
+
+// Whether samples go through a SampleWriter (resampled or converted)
+// rather than the window copy.
+bool UsesWriter(const Manifest& m, const LoaderOptions& o) {
+  return o.crop_kind != CropKind::kWindow || (o.output_dtype && *o.output_dtype != m.dtype);
+}
+
+// The output shape for a crop of `crop` (the checks of LoaderOutputShape).
+Status OutputShapeFor(const Manifest& m, const LoaderOptions& o, uint32_t crop, Shape* out) {
+  const FieldSpec image = ImageSpec(m);
+  if (!IsPixelDType(image.dtype))
+    return Status::InvalidArgument(std::string("loader: the cache's image field is ") +
+                                   DTypeName(image.dtype) +
+                                   "; the loader batches uint8, float16 or "
+                                   "float32 images");
+  if (o.output_dtype) {
+    const DType want = *o.output_dtype;
+    const bool same = want == image.dtype;
+    const bool normalizes =
+        image.dtype == DType::kUint8 && (want == DType::kFloat16 || want == DType::kFloat32);
+    if (!same && !normalizes)
+      return Status::InvalidArgument(std::string("loader: cannot turn the cache's ") +
+                                     DTypeName(image.dtype) + " images into " + DTypeName(want) +
+                                     " (the loader normalizes uint8 images into float16 or "
+                                     "float32)");
+  }
+  if (o.crop_kind == CropKind::kWindow) {
+    if (!image.fixed())
+      return Status::InvalidArgument(
+          "loader: the cache's '" + image.name + "' field varies in size from record to record (" +
+          image.ShapeText() +
+          "): batching it needs an output geometry that resizes each image to one size - "
+          "RandomResizedCrop for training or Resize + CenterCrop for evaluation "
+          "(kiln.Loader(crop=kiln.RandomResizedCrop(224)) or crop=kiln.ResizeCenterCrop(256, "
+          "224); kiln train --augment rrc); a plain crop cuts a window of records of one size");
+    *out = image.FixedShape();
+    const bool converts = o.output_dtype && *o.output_dtype != image.dtype;
+    if (crop == 0 && !o.random_flip && !converts) return Status::OK();
+    if (out->ndim != 3)
+      return Status::InvalidArgument("loader: crop/flip/dtype need CHW records, the cache holds " +
+                                     out->ToString());
+    if (converts && out->dims[0] > 4)
+      return Status::InvalidArgument(
+          "loader: normalizing needs 1 to 4 channels, the records have " +
+          std::to_string(out->dims[0]));
+    if (crop > 0) {
+      if (crop > out->dims[1] || crop > out->dims[2])
+        return Status::InvalidArgument("loader: crop " + std::to_string(crop) +
+                                       " is larger than the records' " + out->ToString());
+      out->dims[1] = out->dims[2] = crop;
+    }
+    return Status::OK();
+  }
+  const char* what =
+      o.crop_kind == CropKind::kRandomResized ? "RandomResizedCrop" : "Resize + CenterCrop";
+  if (image.dtype != DType::kUint8)
+    return Status::InvalidArgument(
+        std::string("loader: ") + what + " resamples uint8 images, and this cache holds " +
+        DTypeName(image.dtype) +
+        " ones: rebuild it with --dtype uint8 (with --max-side or --shorter-side to store each "
+        "image whole), or use a plain crop");
+  if (image.ndim != 3 || image.dims[0] < 1 || image.dims[0] > 4)
+    return Status::InvalidArgument(std::string("loader: ") + what +
+                                   " needs CHW images of 1 to 4 channels, the cache's '" +
+                                   image.name + "' field is " + image.ShapeText());
+  if (crop == 0)
+    return Status::InvalidArgument(std::string("loader: ") + what + " needs an output size");
+  if (o.crop_kind == CropKind::kRandomResized) KILN_RETURN_IF_ERROR(CheckRandomResizedCrop(o.rrc));
+  *out = Shape{};
+  out->ndim = 3;
+  out->dims[0] = static_cast<uint32_t>(image.dims[0]);
+  out->dims[1] = out->dims[2] = crop;
+  return Status::OK();
+}
 
 }  // namespace
 
@@ -65,10 +146,31 @@ class Loader::Impl {
                                      " outside world size " + std::to_string(opt_.world_size));
     if (slots_.empty()) return Status::InvalidArgument("loader: no batch slots");
     if (m.count == 0) return Status::InvalidArgument(reader_->dir() + ": the cache is empty");
+    KILN_RETURN_IF_ERROR(LoaderOutputShape(m, opt_, &out_shape_));
+    KILN_RETURN_IF_ERROR(LoaderOutputDType(m, opt_, &out_dtype_));
+    KILN_RETURN_IF_ERROR(LoaderSlotBytes(m, opt_, &slot_bytes_));
     elem_ = DTypeSize(m.dtype);
     in_shape_ = m.shape;
-    KILN_RETURN_IF_ERROR(LoaderOutputShape(m, opt_, &out_shape_));
-    sample_bytes_ = out_shape_.NumElements() * elem_;
+    crop_ = opt_.crop;
+    max_crop_ = std::max(opt_.crop, opt_.max_crop);
+    sample_bytes_ = out_shape_.NumElements() * DTypeSize(out_dtype_);
+    if (UsesWriter(m, opt_)) {
+      std::vector<double> mean, std;
+      if (out_dtype_ != DType::kUint8)
+        KILN_RETURN_IF_ERROR(InputNormalization(m, reader_->dir(), &mean, &std));
+      // The largest stored image (its max_shape) and output: every
+      // buffer is grown once, here, not per sample.
+      const FieldSpec image = ImageSpec(m);
+      const int max_h = image.ndim == 3 ? static_cast<int>(image.max_dims[1]) : 1;
+      const int max_w = image.ndim == 3 ? static_cast<int>(image.max_dims[2]) : 1;
+      const int max_out =
+          static_cast<int>(std::max<uint32_t>({max_crop_, out_shape_.dims[1], out_shape_.dims[2]}));
+      for (int i = 0; i < opt_.workers; ++i) {
+        writers_.push_back(std::make_unique<internal::SampleWriter>(
+            static_cast<int>(out_shape_.dims[0]), out_dtype_, mean, std));
+        writers_.back()->Reserve(max_h, max_w, max_out);
+      }
+    }
     // Samples per rank as torch.utils.data.DistributedSampler computes them.
     const uint64_t n = m.count, w = static_cast<uint64_t>(opt_.world_size);
     per_rank_ = (opt_.drop_last && n % w != 0) ? n / w : (n + w - 1) / w;
@@ -84,7 +186,7 @@ class Loader::Impl {
                                                         : opt_.readahead_bytes;
     if (ra_budget_ > 0) {
       // Cold epochs read a record whole before a crop or flip copies it.
-      if (opt_.crop > 0 || opt_.random_flip)
+      if ((opt_.crop > 0 || opt_.random_flip || !writers_.empty()) && reader_->record_bytes() > 0)
         scratch_.assign(opt_.workers, std::vector<uint8_t>(reader_->record_bytes()));
       ra_txn_ = reader_->BeginRead();
       ra_advisor_ = MakePageAdvisor();
@@ -141,6 +243,30 @@ class Loader::Impl {
     lock.unlock();
     cv_.notify_all();
     ra_cv_.notify_all();
+    return Status::OK();
+  }
+
+  Status SetResolution(uint32_t crop) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (SlotState st : state_)
+      if (st == SlotState::kInUse || st == SlotState::kFilling)
+        return Status::InvalidArgument(
+            "loader: SetResolution with a batch still held or being filled: call it between "
+            "epochs");
+    if (crop == crop_) return Status::OK();
+    if (crop > max_crop_)
+      return Status::InvalidArgument("loader: resolution " + std::to_string(crop) +
+                                     " is larger than the " + std::to_string(max_crop_) +
+                                     " the slots were sized for (max_crop)");
+    Shape shape;
+    LoaderOptions o = opt_;
+    o.crop = crop;
+    KILN_RETURN_IF_ERROR(LoaderOutputShape(reader_->manifest(), o, &shape));
+    // Workers claim nothing until StartEpoch.
+    active_ = false;
+    opt_.crop = crop_ = crop;
+    out_shape_ = shape;
+    sample_bytes_ = out_shape_.NumElements() * DTypeSize(out_dtype_);
     return Status::OK();
   }
 
@@ -234,7 +360,7 @@ class Loader::Impl {
   Status Fill(ReadTxn* txn, uint64_t b, const BatchSlot& slot, bool cold, int worker) {
     const uint64_t first = b * opt_.batch_size, count = BatchSize(b);
     uint8_t* dst = static_cast<uint8_t*>(slot.data);
-    const bool direct = opt_.crop == 0 && !opt_.random_flip;
+    const bool direct = opt_.crop == 0 && !opt_.random_flip && writers_.empty();
     Status st;
     volatile uint64_t reading = order_[first];  // the record a fault interrupts
     std::string fault;
@@ -247,16 +373,17 @@ class Loader::Impl {
             uint8_t* out = dst + j * sample_bytes_;
             RecordView v;
             if (cold) {
-              uint8_t* into = direct ? out : scratch_[worker].data();
+              uint8_t* into = direct ? out : scratch_.empty() ? nullptr : scratch_[worker].data();
               st = txn->Read(idx, header, into, &v, opt_.verify_checksums);
-              if (!st.ok()) return;
-              slot.labels[j] = v.label;
-              if (v.data != out) CopySample(v.data, idx, out);
             } else {
               st = txn->Get(idx, &v, opt_.verify_checksums);
+            }
+            if (!st.ok()) return;
+            slot.labels[j] = v.label;
+            int64_t* box = slot.boxes != nullptr ? slot.boxes + j * 5 : nullptr;
+            if (v.data != out || box != nullptr) {
+              st = CopySample(v, idx, out, worker, box);
               if (!st.ok()) return;
-              slot.labels[j] = v.label;
-              CopySample(v.data, idx, out);
             }
           }
         },
@@ -389,47 +516,65 @@ class Loader::Impl {
     }
   }
 
-  // The fused copy: crop window and flip applied while moving the bytes.
-  void CopySample(const uint8_t* src, uint64_t idx, uint8_t* dst) const {
+  // The fused copy of one record's image into its place in the slot: the
+  // window (or the resampled box) and the flip applied, and the values
+  // converted, while moving the bytes; `box` (5 entries) gets what was
+  // shown. A window of a fixed record is row copies of the stored dtype.
+  Status CopySample(const RecordView& v, uint64_t idx, uint8_t* dst, int worker, int64_t* box) {
+    const bool chw = v.shape.ndim == 3;
+    const int h = chw ? static_cast<int>(v.shape.dims[1]) : 1;
+    const int w = chw ? static_cast<int>(v.shape.dims[2]) : 1;
+    if (!chw && (!writers_.empty() || opt_.crop > 0 || opt_.random_flip))
+      return Status::Corruption(reader_->dir() + ": record " + std::to_string(idx) +
+                                ": its image is " + v.shape.ToString() + ", not CHW");
+    const uint32_t size = opt_.crop_kind == CropKind::kWindow && opt_.crop == 0 ? 0 : crop_;
+    const internal::SamplePlan plan = internal::PlanSample(opt_, size, epoch_, idx, h, w);
+    if (box != nullptr) {
+      box[0] = plan.box.top;
+      box[1] = plan.box.left;
+      box[2] = plan.box.height;
+      box[3] = plan.box.width;
+      box[4] = plan.flip ? 1 : 0;
+    }
+    if (!writers_.empty()) {
+      writers_[worker]->Write(v.data, h, w, plan, static_cast<int>(out_shape_.dims[1]),
+                              static_cast<int>(out_shape_.dims[2]), dst);
+      return Status::OK();
+    }
     if (opt_.crop == 0 && !opt_.random_flip) {
-      std::memcpy(dst, src, sample_bytes_);
-      return;
+      if (v.data != dst) std::memcpy(dst, v.data, sample_bytes_);
+      return Status::OK();
     }
-    const uint32_t c = in_shape_.dims[0], h = in_shape_.dims[1], w = in_shape_.dims[2];
+    const uint32_t c = in_shape_.dims[0];
     const uint32_t oh = out_shape_.dims[1], ow = out_shape_.dims[2];
-    uint64_t draw = Mix(Mix(opt_.seed ^ Mix(epoch_ + 0xA5A5ull)) ^ idx);
-    uint32_t y0, x0;
-    if (opt_.random_crop) {
-      draw = Mix(draw);
-      y0 = static_cast<uint32_t>(Below(draw, h - oh + 1));
-      draw = Mix(draw);
-      x0 = static_cast<uint32_t>(Below(draw, w - ow + 1));
-    } else {
-      // torchvision CenterCrop: int(round((h - oh) / 2)), round half to even.
-      y0 = static_cast<uint32_t>(std::nearbyint((h - oh) / 2.0));
-      x0 = static_cast<uint32_t>(std::nearbyint((w - ow) / 2.0));
-    }
-    draw = Mix(draw);
-    const bool flip = opt_.random_flip && (draw >> 63);
+    const uint32_t y0 = static_cast<uint32_t>(plan.box.top);
+    const uint32_t x0 = static_cast<uint32_t>(plan.box.left);
+    const uint8_t* src = v.data;
     const size_t row = static_cast<size_t>(ow) * elem_;
     for (uint32_t ch = 0; ch < c; ++ch) {
       for (uint32_t y = 0; y < oh; ++y) {
         const uint8_t* s = src + ((static_cast<size_t>(ch) * h + y0 + y) * w + x0) * elem_;
         uint8_t* d = dst + (static_cast<size_t>(ch) * oh + y) * row;
-        if (!flip) {
+        if (!plan.flip) {
           std::memcpy(d, s, row);
         } else {
           for (uint32_t x = 0; x < ow; ++x) std::memcpy(d + x * elem_, s + (ow - 1 - x) * elem_, elem_);
         }
       }
     }
+    return Status::OK();
   }
 
   const CacheReader* reader_;
   LoaderOptions opt_;
   std::vector<BatchSlot> slots_;
-  size_t elem_ = 1;
+  size_t elem_ = 1;  // of the stored image
   Shape in_shape_, out_shape_;
+  DType out_dtype_ = DType::kUint8;
+  uint32_t crop_ = 0, max_crop_ = 0;  // the output size now, and the largest the slots take
+  uint64_t slot_bytes_ = 0;
+  // Per worker, when samples are resampled or converted.
+  std::vector<std::unique_ptr<internal::SampleWriter>> writers_;
   std::vector<std::vector<uint8_t>> headers_;  // per worker, for ReadTxn::Read
   uint64_t sample_bytes_ = 0, per_rank_ = 0, batches_ = 0;
 
@@ -461,30 +606,25 @@ class Loader::Impl {
 };
 
 Status LoaderOutputShape(const Manifest& m, const LoaderOptions& o, Shape* out) {
-  *out = m.shape;
-  const FieldSpec* image = m.fields.empty() ? nullptr : &m.fields[m.image_field];
-  if (image != nullptr && !image->fixed())
-    return Status::InvalidArgument("loader: the cache's '" + image->name +
-                                   "' field varies in size from record to record (" +
-                                   image->ShapeText() +
-                                   "): batching it needs an output geometry (a resize and crop to "
-                                   "one size), which this loader cannot "
-                                   "apply yet; read such a cache record by record with kiln.Cache");
-  if (!IsPixelDType(m.dtype))
-    return Status::InvalidArgument(std::string("loader: the cache's image field is ") +
-                                   DTypeName(m.dtype) +
-                                   "; the loader batches uint8, float16 or "
-                                   "float32 images");
-  if (o.crop == 0 && !o.random_flip) return Status::OK();
-  if (m.shape.ndim != 3)
-    return Status::InvalidArgument("loader: crop/flip need CHW records, the cache holds " +
-                                   m.shape.ToString());
-  if (o.crop > 0) {
-    if (o.crop > m.shape.dims[1] || o.crop > m.shape.dims[2])
-      return Status::InvalidArgument("loader: crop " + std::to_string(o.crop) +
-                                     " is larger than the records' " + m.shape.ToString());
-    out->dims[1] = out->dims[2] = o.crop;
-  }
+  return OutputShapeFor(m, o, o.crop, out);
+}
+
+Status LoaderOutputDType(const Manifest& m, const LoaderOptions& o, DType* out) {
+  Shape shape;
+  KILN_RETURN_IF_ERROR(OutputShapeFor(m, o, o.crop, &shape));
+  *out = o.output_dtype ? *o.output_dtype : ImageSpec(m).dtype;
+  return Status::OK();
+}
+
+Status LoaderSlotBytes(const Manifest& m, const LoaderOptions& o, uint64_t* out) {
+  if (o.max_crop > 0 && o.max_crop < o.crop)
+    return Status::InvalidArgument("loader: max_crop " + std::to_string(o.max_crop) +
+                                   " is smaller than the crop " + std::to_string(o.crop));
+  Shape shape;
+  DType dtype;
+  KILN_RETURN_IF_ERROR(OutputShapeFor(m, o, std::max(o.crop, o.max_crop), &shape));
+  KILN_RETURN_IF_ERROR(LoaderOutputDType(m, o, &dtype));
+  *out = shape.NumElements() * DTypeSize(dtype) * o.batch_size;
   return Status::OK();
 }
 
@@ -504,6 +644,7 @@ uint64_t Loader::sample_bytes() const { return impl_->sample_bytes(); }
 uint64_t Loader::samples_per_epoch() const { return impl_->per_rank(); }
 uint64_t Loader::batches_per_epoch() const { return impl_->batches(); }
 uint64_t Loader::readahead_bytes() const { return impl_->readahead_budget(); }
+Status Loader::SetResolution(uint32_t crop) { return impl_->SetResolution(crop); }
 Status Loader::StartEpoch(uint64_t epoch, uint64_t start_batch) {
   return impl_->StartEpoch(epoch, start_batch);
 }

@@ -130,7 +130,13 @@ Status InputNormalization(const Manifest& m, const std::string& dir, std::vector
   mean->clear();
   std->clear();
   if (m.dtype != DType::kUint8) return Status::OK();
-  const uint32_t channels = m.shape.ndim == 3 ? m.shape.dims[0] : 1;
+  // The image field's channels: its first dim when CHW (fixed even where
+  // H and W vary, as in a cache of whole images).
+  uint32_t channels = m.shape.ndim == 3 ? m.shape.dims[0] : 1;
+  if (!m.fields.empty()) {
+    const FieldSpec& image = m.fields[m.image_field];
+    channels = image.ndim == 3 && image.dims[0] > 0 ? static_cast<uint32_t>(image.dims[0]) : 1;
+  }
   const Preprocessing& p = m.preprocessing;
   bool fits = p.mean.size() == channels && p.std.size() == channels;
   for (size_t c = 0; fits && c < channels; ++c) fits = p.std[c] > 0;

@@ -241,8 +241,9 @@ __attribute__((target("avx2"))) void HorizontalRowMaddAvx2(const uint8_t* src, i
 // output pixels (A, B) and tap pair p, a block of kh then a block of kl,
 // each 16 int16: A's (k[2p], k[2p+1]) for each of C channels (zeros for a
 // missing fourth), then B's. Taps past a pixel's count weigh 0.
-std::vector<int16_t> MaddWeights(const AxisTaps& taps, int n, int channels, int pairs) {
-  std::vector<int16_t> w(static_cast<size_t>((n + 1) / 2) * pairs * 2 * 16, 0);
+void MaddWeights(const AxisTaps& taps, int n, int channels, int pairs, std::vector<int16_t>* out) {
+  std::vector<int16_t>& w = *out;
+  w.assign(static_cast<size_t>((n + 1) / 2) * pairs * 2 * 16, 0);
   for (int ox = 0; ox < n; ++ox) {
     auto k = [&](int t) -> int32_t {
       return t < taps.count[ox] ? taps.weights[static_cast<size_t>(ox) * taps.ksize + t] : 0;
@@ -257,7 +258,6 @@ std::vector<int16_t> MaddWeights(const AxisTaps& taps, int n, int channels, int 
           }
       }
   }
-  return w;
 }
 #endif
 
@@ -279,14 +279,15 @@ RowFn HorizontalKernel(int channels) {
 }
 
 void HorizontalPass(const uint8_t* in, int in_w, int channels, int row_begin, int row_end,
-                    const AxisTaps& taps, int n, uint8_t* out) {
+                    const AxisTaps& taps, int n, uint8_t* out, std::vector<int16_t>* madd) {
   const size_t in_stride = static_cast<size_t>(in_w) * channels;
   const size_t out_stride = static_cast<size_t>(n) * channels;
 #ifdef KILN_RESAMPLE_X86
   const int max_count = taps.count.empty() ? 0 : *std::max_element(taps.count.begin(), taps.count.end());
   if (Cpu().avx2 && Allowed(kKernelsAvx2) && (channels == 3 || channels == 4) && max_count <= 6) {
     const int pairs = max_count <= 4 ? 2 : 3;
-    const std::vector<int16_t> w = MaddWeights(taps, n, channels, pairs);
+    MaddWeights(taps, n, channels, pairs, madd);
+    const std::vector<int16_t>& w = *madd;
     for (int y = row_begin; y < row_end; ++y) {
       const uint8_t* src = in + y * in_stride;
       uint8_t* dst = out + (y - row_begin) * out_stride;
@@ -308,6 +309,13 @@ void HorizontalPass(const uint8_t* in, int in_w, int channels, int row_begin, in
 
 AxisTaps ComputeAxisTaps(int in_size, double in0, double in1, int out_size, int begin, int end) {
   AxisTaps taps;
+  ComputeAxisTaps(in_size, in0, in1, out_size, begin, end, &taps);
+  return taps;
+}
+
+void ComputeAxisTaps(int in_size, double in0, double in1, int out_size, int begin, int end,
+                     AxisTaps* out) {
+  AxisTaps& taps = *out;
   const double scale = (in1 - in0) / out_size;
   const double filter_scale = scale < 1.0 ? 1.0 : scale;
   const double support = 1.0 * filter_scale;  // the triangle's support is 1
@@ -316,7 +324,8 @@ AxisTaps ComputeAxisTaps(int in_size, double in0, double in1, int out_size, int 
   taps.first.resize(n);
   taps.count.resize(n);
   taps.weights.assign(static_cast<size_t>(n) * taps.ksize, 0);
-  std::vector<double> w(taps.ksize);
+  taps.work.resize(taps.ksize);
+  std::vector<double>& w = taps.work;
   const double inv_filter_scale = 1.0 / filter_scale;
   for (int i = 0; i < n; ++i) {
     const double center = in0 + (begin + i + 0.5) * scale;
@@ -341,34 +350,36 @@ AxisTaps ComputeAxisTaps(int in_size, double in0, double in1, int out_size, int 
     taps.first[i] = lo;
     taps.count[i] = count;
   }
-  return taps;
 }
 
 void ResampleRegion(const uint8_t* in, int in_w, int in_h, int channels, double box_w, double box_h,
                     int out_w, int out_h, int x0, int y0, int region_w, int region_h, uint8_t* dst,
-                    size_t dst_stride) {
+                    size_t dst_stride, ResampleScratch* scratch) {
   if (region_w <= 0 || region_h <= 0) return;
+  ResampleScratch local;
+  ResampleScratch& ws = scratch != nullptr ? *scratch : local;
   const bool need_horizontal = out_w != in_w || box_w != in_w;
   const bool need_vertical = out_h != in_h || box_h != in_h;
   const size_t row_bytes = static_cast<size_t>(region_w) * channels;
 
   // Rows of the input the vertical pass reads.
-  AxisTaps vtaps;
+  AxisTaps& vtaps = ws.vertical;
   int row_begin = y0, row_end = y0 + region_h;
   if (need_vertical) {
-    vtaps = ComputeAxisTaps(in_h, 0.0, box_h, out_h, y0, y0 + region_h);
+    ComputeAxisTaps(in_h, 0.0, box_h, out_h, y0, y0 + region_h, &vtaps);
     row_begin = vtaps.first.front();
     row_end = vtaps.first.back() + vtaps.count.back();
   }
 
   // Horizontal pass (or a plain column window) into an 8-bit intermediate.
-  std::vector<uint8_t> temp;
+  std::vector<uint8_t>& temp = ws.temp;
   const uint8_t* mid;
   size_t mid_stride;
   if (need_horizontal) {
-    AxisTaps htaps = ComputeAxisTaps(in_w, 0.0, box_w, out_w, x0, x0 + region_w);
+    AxisTaps& htaps = ws.horizontal;
+    ComputeAxisTaps(in_w, 0.0, box_w, out_w, x0, x0 + region_w, &htaps);
     temp.resize(static_cast<size_t>(row_end - row_begin) * row_bytes);
-    HorizontalPass(in, in_w, channels, row_begin, row_end, htaps, region_w, temp.data());
+    HorizontalPass(in, in_w, channels, row_begin, row_end, htaps, region_w, temp.data(), &ws.madd);
     mid = temp.data();
     mid_stride = row_bytes;
   } else {
@@ -385,7 +396,8 @@ void ResampleRegion(const uint8_t* in, int in_w, int in_h, int channels, double 
   // Vertical pass.
 #ifdef KILN_RESAMPLE_X86
   if (Cpu().avx2 && Allowed(kKernelsAvx2)) {
-    std::vector<const uint8_t*> rows(vtaps.ksize);
+    std::vector<const uint8_t*>& rows = ws.rows;
+    rows.resize(vtaps.ksize);
     for (int y = 0; y < region_h; ++y) {
       for (int i = 0; i < vtaps.count[y]; ++i)
         rows[i] = mid + (vtaps.first[y] + i - row_begin) * mid_stride;
@@ -396,7 +408,8 @@ void ResampleRegion(const uint8_t* in, int in_w, int in_h, int channels, double 
   }
 #endif
   // Portable: accumulate whole rows so the inner loop vectorises.
-  std::vector<int32_t> acc(row_bytes);
+  std::vector<int32_t>& acc = ws.acc;
+  acc.resize(row_bytes);
   for (int y = 0; y < region_h; ++y) {
     std::fill(acc.begin(), acc.end(), kHalf);
     const int32_t* k = &vtaps.weights[static_cast<size_t>(y) * vtaps.ksize];

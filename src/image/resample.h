@@ -23,9 +23,24 @@ struct AxisTaps {
   std::vector<int> first;        // first input index of each output position
   std::vector<int> count;        // taps used by each output position
   std::vector<int32_t> weights;  // fixed-point weights, ksize per position
+  std::vector<double> work;      // ComputeAxisTaps's scratch
 };
 
 AxisTaps ComputeAxisTaps(int in_size, double in0, double in1, int out_size, int begin, int end);
+// The same into `taps`, reusing its memory.
+void ComputeAxisTaps(int in_size, double in0, double in1, int out_size, int begin, int end,
+                     AxisTaps* taps);
+
+// Buffers ResampleRegion needs, kept between calls by a caller that
+// resamples many images (the loader: no allocation per sample once they
+// have grown to the largest image's needs).
+struct ResampleScratch {
+  AxisTaps horizontal, vertical;
+  std::vector<uint8_t> temp;
+  std::vector<int16_t> madd;
+  std::vector<int32_t> acc;
+  std::vector<const uint8_t*> rows;
+};
 
 // Resamples `in` (in_w x in_h x channels, packed HWC) so that the box
 // [0, box_w) x [0, box_h) of it becomes an out_w x out_h image, and writes
@@ -34,7 +49,7 @@ AxisTaps ComputeAxisTaps(int in_size, double in0, double in1, int out_size, int 
 // REQUIRES: the region lies inside [0, out_w) x [0, out_h); channels 1..4.
 void ResampleRegion(const uint8_t* in, int in_w, int in_h, int channels, double box_w, double box_h,
                     int out_w, int out_h, int x0, int y0, int region_w, int region_h, uint8_t* dst,
-                    size_t dst_stride);
+                    size_t dst_stride, ResampleScratch* scratch = nullptr);
 
 // The kernels ResampleRegion may use, each level including those below it;
 // every level gives the same bytes. The default is the fastest the CPU

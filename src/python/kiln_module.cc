@@ -169,24 +169,34 @@ class PyLoader {
  public:
   PyLoader(std::shared_ptr<PyCache> cache, const LoaderOptions& options,
            const std::vector<uintptr_t>& data, const std::vector<uintptr_t>& labels,
-           uint64_t slot_bytes, py::object keepalive)
+           uint64_t slot_bytes, py::object keepalive, const std::vector<uintptr_t>& boxes)
       : pid_(getpid()), cache_(std::move(cache)), keepalive_(std::move(keepalive)) {
     CheckSameProcess(cache_->pid(), "the kiln.Cache given to this Loader");
-    if (data.empty() || data.size() != labels.size())
-      throw std::invalid_argument("kiln.Loader: need as many label buffers as data buffers (" +
-                                  std::to_string(data.size()) + " vs " +
-                                  std::to_string(labels.size()) + ")");
-    std::vector<BatchSlot> slots;
-    for (size_t i = 0; i < data.size(); ++i)
-      slots.push_back({reinterpret_cast<void*>(data[i]), reinterpret_cast<int64_t*>(labels[i])});
-    slots_ = slots.size();
-    Check(Loader::Open(cache_->reader(), options, std::move(slots), &loader_));
-    const uint64_t need = options.batch_size * loader_->sample_bytes();
-    if (slot_bytes < need) {
-      loader_.reset();
+    if (data.empty() || data.size() != labels.size() ||
+        (!boxes.empty() && boxes.size() != data.size()))
+      throw std::invalid_argument(
+          "kiln.Loader: need as many label (and box) buffers as data buffers (" +
+          std::to_string(data.size()) + " vs " + std::to_string(labels.size()) + ")");
+    uint64_t need = 0;
+    Check(LoaderSlotBytes(cache_->reader()->manifest(), options, &need));
+    if (slot_bytes < need)
       throw std::invalid_argument("kiln.Loader: slots of " + std::to_string(slot_bytes) +
                                   " bytes, a batch needs " + std::to_string(need));
-    }
+    std::vector<BatchSlot> slots;
+    for (size_t i = 0; i < data.size(); ++i)
+      slots.push_back({reinterpret_cast<void*>(data[i]), reinterpret_cast<int64_t*>(labels[i]),
+                       boxes.empty() ? nullptr : reinterpret_cast<int64_t*>(boxes[i])});
+    slots_ = slots.size();
+    Check(Loader::Open(cache_->reader(), options, std::move(slots), &loader_));
+  }
+
+  // The output size for the next epochs (a resolution schedule): every
+  // slot back first, as at Start.
+  void SetResolution(uint32_t crop) {
+    CheckSameProcess(pid_, "this kiln.Loader");
+    HandBack(py::none());
+    WaitAllPending();
+    Check(loader_->SetResolution(crop));
   }
   ~PyLoader() {
     if (getpid() != pid_) {  // see fork() above
@@ -379,6 +389,47 @@ PYBIND11_MODULE(_kiln, m) {
       py::arg("cache"), py::arg("options"),
       "The shape of one sample a Loader with these options yields from this cache");
   m.def(
+      "output_dtype",
+      [](const std::shared_ptr<PyCache>& cache, const LoaderOptions& o) {
+        DType dtype;
+        Check(LoaderOutputDType(cache->reader()->manifest(), o, &dtype));
+        return std::string(DTypeName(dtype));
+      },
+      py::arg("cache"), py::arg("options"),
+      "The element type (a kiln dtype name) of the samples a Loader with these options yields");
+  m.def(
+      "slot_bytes",
+      [](const std::shared_ptr<PyCache>& cache, const LoaderOptions& o) {
+        uint64_t bytes = 0;
+        Check(LoaderSlotBytes(cache->reader()->manifest(), o, &bytes));
+        return bytes;
+      },
+      py::arg("cache"), py::arg("options"),
+      "The bytes one batch slot needs (batch_size samples at max_crop)");
+  m.def(
+      "random_resized_crop_boxes",
+      [](int height, int width, uint64_t n, uint64_t seed, double scale_min, double scale_max,
+         double ratio_min, double ratio_max) {
+        RandomResizedCropParams p{scale_min, scale_max, ratio_min, ratio_max};
+        Check(CheckRandomResizedCrop(p));
+        if (height < 1 || width < 1) throw std::invalid_argument("image size must be >= 1");
+        py::array_t<int64_t> out({static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(5)});
+        int64_t* o = out.mutable_data();
+        for (uint64_t i = 0; i < n; ++i) {
+          SampleRandom random = SampleRandom::For(seed, 0, i);
+          bool fallback = false;
+          const CropBox b = RandomResizedCropBox(height, width, p, &random, &fallback);
+          int64_t* r = o + i * 5;
+          r[0] = b.top, r[1] = b.left, r[2] = b.height, r[3] = b.width, r[4] = fallback;
+        }
+        return out;
+      },
+      py::arg("height"), py::arg("width"), py::arg("n"), py::arg("seed"), py::arg("scale_min"),
+      py::arg("scale_max"), py::arg("ratio_min"), py::arg("ratio_max"),
+      "n boxes (top, left, height, width, 1 when the central fallback was taken) as the "
+      "loader's RandomResizedCrop draws them for samples 0..n-1 of epoch 0: kiln's "
+      "RandomResizedCrop.get_params, for tests against torchvision");
+  m.def(
       "train_environment",
       [] {
         py::dict d;
@@ -451,14 +502,64 @@ PYBIND11_MODULE(_kiln, m) {
       .def_readwrite("random_crop", &LoaderOptions::random_crop)
       .def_readwrite("random_flip", &LoaderOptions::random_flip)
       .def_readwrite("verify_checksums", &LoaderOptions::verify_checksums)
-      .def_readwrite("readahead_bytes", &LoaderOptions::readahead_bytes);
+      .def_readwrite("readahead_bytes", &LoaderOptions::readahead_bytes)
+      .def_readwrite("resize", &LoaderOptions::resize)
+      .def_readwrite("max_crop", &LoaderOptions::max_crop)
+      .def_property(
+          "crop_kind",
+          [](const LoaderOptions& o) {
+            return std::string(o.crop_kind == CropKind::kRandomResized  ? "random_resized"
+                               : o.crop_kind == CropKind::kResizeCenter ? "resize_center"
+                                                                        : "window");
+          },
+          [](LoaderOptions& o, const std::string& kind) {
+            if (kind == "window")
+              o.crop_kind = CropKind::kWindow;
+            else if (kind == "random_resized")
+              o.crop_kind = CropKind::kRandomResized;
+            else if (kind == "resize_center")
+              o.crop_kind = CropKind::kResizeCenter;
+            else
+              throw std::invalid_argument("crop_kind: window, random_resized or resize_center");
+          })
+      .def_property(
+          "scale",
+          [](const LoaderOptions& o) { return py::make_tuple(o.rrc.scale_min, o.rrc.scale_max); },
+          [](LoaderOptions& o, std::pair<double, double> v) {
+            o.rrc.scale_min = v.first;
+            o.rrc.scale_max = v.second;
+          })
+      .def_property(
+          "ratio",
+          [](const LoaderOptions& o) { return py::make_tuple(o.rrc.ratio_min, o.rrc.ratio_max); },
+          [](LoaderOptions& o, std::pair<double, double> v) {
+            o.rrc.ratio_min = v.first;
+            o.rrc.ratio_max = v.second;
+          })
+      .def_property(
+          "output_dtype",
+          [](const LoaderOptions& o) -> py::object {
+            if (!o.output_dtype) return py::none();
+            return py::str(DTypeName(*o.output_dtype));
+          },
+          [](LoaderOptions& o, py::object name) {
+            if (name.is_none()) {
+              o.output_dtype.reset();
+              return;
+            }
+            DType d;
+            Check(ParseDType(name.cast<std::string>(), &d));
+            o.output_dtype = d;
+          });
   m.attr("AUTO_READAHEAD") = kAutoReadAhead;
 
   py::class_<PyLoader>(m, "Loader")
       .def(py::init<std::shared_ptr<PyCache>, const LoaderOptions&, const std::vector<uintptr_t>&,
-                    const std::vector<uintptr_t>&, uint64_t, py::object>(),
+                    const std::vector<uintptr_t>&, uint64_t, py::object,
+                    const std::vector<uintptr_t>&>(),
            py::arg("cache"), py::arg("options"), py::arg("data"), py::arg("labels"),
-           py::arg("slot_bytes"), py::arg("keepalive"))
+           py::arg("slot_bytes"), py::arg("keepalive"), py::arg("boxes") = std::vector<uintptr_t>())
+      .def("set_resolution", &PyLoader::SetResolution, py::arg("crop"))
       .def("start", &PyLoader::Start)
       .def("next", &PyLoader::Next, py::arg("fence") = py::none())
       .def("hand_back", &PyLoader::HandBack, py::arg("fence") = py::none())
@@ -471,13 +572,15 @@ PYBIND11_MODULE(_kiln, m) {
       .def("stats", &PyLoader::Stats, py::arg("reset") = false)
       .def_property_readonly("readahead_bytes",
                              [](const PyLoader& l) { return l.loader().readahead_bytes(); })
-      .def_property_readonly("sample_shape",
-                             [](const PyLoader& l) { return ShapeTuple(l.loader().sample_shape()); })
-      .def_property_readonly("sample_bytes", [](const PyLoader& l) { return l.loader().sample_bytes(); })
+      .def_property_readonly(
+          "sample_shape", [](const PyLoader& l) { return ShapeTuple(l.loader().sample_shape()); })
+      .def_property_readonly("sample_bytes",
+                             [](const PyLoader& l) { return l.loader().sample_bytes(); })
       .def_property_readonly("samples_per_epoch",
                              [](const PyLoader& l) { return l.loader().samples_per_epoch(); })
       .def_property_readonly("batches_per_epoch",
                              [](const PyLoader& l) { return l.loader().batches_per_epoch(); })
-      .def("epoch_order", [](const PyLoader& l, uint64_t e) { return l.loader().EpochOrder(e); },
-           py::arg("epoch"));
+      .def(
+          "epoch_order", [](const PyLoader& l, uint64_t e) { return l.loader().EpochOrder(e); },
+          py::arg("epoch"));
 }

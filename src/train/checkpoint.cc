@@ -312,6 +312,7 @@ json Trainer::Settings() const {
             {"--optimizer", OptimizerName(o_.optimizer)},
             {"--accum-steps", o_.accum_steps},
             {"WORLD_SIZE", dist_ ? dist_->world() : 1}};
+  if (rrc_) s["--augment"] = "rrc";  // absent otherwise, as in older checkpoints
   if (batch_ > 0) s["--batch-size"] = batch_;
   else if (o_.batch_size > 0) s["--batch-size"] = o_.batch_size;
   return s;

@@ -1,5 +1,6 @@
 // Start-up of kiln train: option checks, the device, the caches (verified),
 // the model and the loader options.
+#include <cmath>
 #include <cstdlib>
 
 #include "collective.h"
@@ -80,15 +81,22 @@ Status Trainer::Setup() {
   // Caches: verified, and the validation cache preprocessed like the training one.
   KILN_RETURN_IF_ERROR(OpenCache(o_.data, o_.verify, &train_));
   const Manifest& m = train_->manifest();
-  if (!m.fields.empty() && !m.fields[m.image_field].fixed())
+  const FieldSpec& image = m.fields[m.image_field];
+  const bool whole = !image.fixed();
+  rrc_ = o_.augment == "rrc" || (o_.augment == "auto" && whole);
+  if (whole && !rrc_)
     return Status::NotSupported(o_.data + ": its images are stored whole, each at its own size (" +
-                                m.fields[m.image_field].ShapeText() +
-                                "); training from them needs a load-time resize and crop, which "
-                                "kiln train cannot apply yet: build the cache with --resize and "
-                                "--crop");
-  if (m.shape.ndim != 3)
+                                image.ShapeText() +
+                                "); --augment none cuts a window of records of one size: train "
+                                "with --augment rrc (RandomResizedCrop), or build the cache with "
+                                "--resize and --crop");
+  if (rrc_ && o_.crop == 0)
+    return Status::InvalidArgument(
+        "--augment rrc needs --crop N, the size each sample is resized "
+        "to (224 in torchvision's ImageNet recipe)");
+  if (image.ndim != 3)
     return Status::InvalidArgument(o_.data + ": records of shape [C, H, W] are needed to train " +
-                                   "on (this cache's have " + std::to_string(m.shape.ndim) +
+                                   "on (this cache's have " + std::to_string(image.ndim) +
                                    " dimensions)");
   if (m.label_field < 0)
     return Status::NotSupported(
@@ -104,10 +112,14 @@ Status Trainer::Setup() {
   if (classes_ < 2)
     return Status::InvalidArgument(o_.data + ": the manifest lists " + std::to_string(classes_) +
                                    " class(es); classification needs at least 2");
-  sample_shape_ = {m.shape.dims[0], m.shape.dims[1], m.shape.dims[2]};
-  if (o_.crop > 0) sample_shape_[1] = sample_shape_[2] = o_.crop;
   if (!o_.val.empty()) {
     KILN_RETURN_IF_ERROR(OpenCache(o_.val, o_.verify, &val_));
+    // Evaluation's Resize: the cache's own shorter side when it stores
+    // whole images at one (then the centre crop is exact), else
+    // torchvision's ImageNet ratio, crop / 0.875 (256 for 224).
+    const Preprocessing& vp = val_->manifest().preprocessing;
+    val_resize_ = vp.whole && vp.resize > 0 ? static_cast<uint32_t>(vp.resize)
+                                            : static_cast<uint32_t>(std::lround(o_.crop / 0.875));
     auto diff = PreprocessingDifferences(m, val_->manifest());
     if (val_->manifest().classes != m.classes)
       diff.push_back("classes: the two caches list different class names");
@@ -122,6 +134,16 @@ Status Trainer::Setup() {
       out_ << "warning: --allow-mismatch: validation cache differs from the training cache:" << all
            << "\n";
     }
+  }
+  Shape shape;
+  KILN_RETURN_IF_ERROR(LoaderOutputShape(m, LoaderFor(1, true).loader, &shape)
+                           .WithContext("--crop/--augment on " + o_.data));
+  sample_shape_ = {shape.dims[0], shape.dims[1], shape.dims[2]};
+  if (rrc_) {
+    out_ << "augment RandomResizedCrop(" << o_.crop
+         << ", scale=(0.08, 1), ratio=(3/4, 4/3)) + horizontal flip, at load time";
+    if (val_) out_ << "; --val: Resize(" << val_resize_ << ") + CenterCrop(" << o_.crop << ")";
+    out_ << "\n";
   }
   if (!o_.metrics.empty() && lead()) {
     metrics_.open(o_.metrics, o_.resume.empty() ? std::ios::trunc : std::ios::app);
@@ -203,6 +225,12 @@ TensorLoaderOptions Trainer::LoaderFor(int64_t batch, bool train) const {
   lo.loader.crop = o_.crop;
   lo.loader.random_crop = train && o_.crop > 0;
   lo.loader.random_flip = train && o_.flip;
+  if (rrc_) {  // torchvision's ImageNet recipe
+    lo.loader.crop_kind = train ? CropKind::kRandomResized : CropKind::kResizeCenter;
+    lo.loader.random_crop = false;
+    lo.loader.random_flip = train;
+    lo.loader.resize = train ? 0 : val_resize_;
+  }
   if (dist_) {  // DistributedSampler's share; evaluation's padding is not counted (Evaluate)
     lo.loader.rank = dist_->rank();
     lo.loader.world_size = dist_->world();

@@ -70,12 +70,22 @@ torch::ScalarType CacheScalarType(DType d) {
   return torch::kUInt8;
 }
 
-// The batch shape: the record shape after the crop, batch first.
+// The batch shape: the loader's output sample (kiln::LoaderOutputShape:
+// the record shape after the crop), batch first. Empty when the loader
+// would refuse the options (Open then says why).
 std::vector<int64_t> BatchShape(const Manifest& m, const TensorLoaderOptions& options) {
+  Shape sample;
+  if (!LoaderOutputShape(m, options.loader, &sample).ok()) return {};
   std::vector<int64_t> shape{static_cast<int64_t>(options.loader.batch_size)};
-  for (int i = 0; i < m.shape.ndim; ++i) shape.push_back(m.shape.dims[i]);
-  if (options.loader.crop > 0 && m.shape.ndim == 3) shape[2] = shape[3] = options.loader.crop;
+  for (int i = 0; i < sample.ndim; ++i) shape.push_back(sample.dims[i]);
   return shape;
+}
+
+// The element type of the loader's output (the records').
+DType OutputDType(const Manifest& m, const TensorLoaderOptions& options) {
+  DType d = m.dtype;
+  (void)LoaderOutputDType(m, options.loader, &d);
+  return d;
 }
 }  // namespace
 
@@ -132,10 +142,10 @@ TensorLoader::~TensorLoader() {
 void TensorLoader::SlotSize(const CacheReader* reader, const TensorLoaderOptions& options,
                             int64_t* data_bytes, int64_t* labels) {
   const std::vector<int64_t> shape = BatchShape(reader->manifest(), options);
-  int64_t n = static_cast<int64_t>(DTypeSize(reader->manifest().dtype));
+  int64_t n = static_cast<int64_t>(DTypeSize(OutputDType(reader->manifest(), options)));
   for (int64_t d : shape) n *= d;
-  *data_bytes = n;
-  *labels = shape[0];
+  *data_bytes = shape.empty() ? 0 : n;
+  *labels = static_cast<int64_t>(options.loader.batch_size);
 }
 
 Status TensorLoader::Open(const CacheReader* reader, const TensorLoaderOptions& options,
@@ -149,7 +159,10 @@ Status TensorLoader::Open(const CacheReader* reader, const TensorLoaderOptions& 
   std::unique_ptr<TensorLoader> t(new TensorLoader());
   t->opt_ = options;
   const Manifest& m = reader->manifest();
+  Shape sample;
+  KILN_RETURN_IF_ERROR(LoaderOutputShape(m, options.loader, &sample));
   const std::vector<int64_t> shape = BatchShape(m, options);
+  const DType out_dtype = OutputDType(m, options);
   int64_t data_bytes = 0, labels = 0;
   SlotSize(reader, options, &data_bytes, &labels);
   ring->Reserve(options.slots, data_bytes, labels);
@@ -158,7 +171,7 @@ Status TensorLoader::Open(const CacheReader* reader, const TensorLoaderOptions& 
   std::vector<BatchSlot> slots;
   for (int i = 0; i < options.slots; ++i) {
     t->data_.push_back(
-        ring->data_[i].narrow(0, 0, data_bytes).view(CacheScalarType(m.dtype)).view(shape));
+        ring->data_[i].narrow(0, 0, data_bytes).view(CacheScalarType(out_dtype)).view(shape));
     t->labels_.push_back(ring->labels_[i].narrow(0, 0, labels));
     slots.push_back({t->data_.back().data_ptr(), t->labels_.back().data_ptr<int64_t>()});
   }
@@ -170,11 +183,11 @@ Status TensorLoader::Open(const CacheReader* reader, const TensorLoaderOptions& 
     return Status::IOError(std::string("tensor loader: cannot set up copies to ") +
                            options.device.str() + ": " + e.what());
   }
-  if (m.dtype == DType::kUint8) {
+  if (out_dtype == DType::kUint8) {
     // Raw pixels: (x/255 - mean) / std on the device, from the manifest.
-    const std::vector<double>& mean = m.preprocessing.mean;
-    const std::vector<double>& std = m.preprocessing.std;
-    const int64_t c = m.shape.ndim == 3 ? m.shape.dims[0] : 0;
+    std::vector<double> mean, std;
+    KILN_RETURN_IF_ERROR(InputNormalization(m, reader->dir(), &mean, &std));
+    const int64_t c = sample.ndim == 3 ? sample.dims[0] : 0;
     if (c == 0 || static_cast<int64_t>(mean.size()) != c || static_cast<int64_t>(std.size()) != c)
       return Status::Corruption(reader->dir() + ": a uint8 cache needs per-channel mean and std in "
                                 "its manifest's preprocessing to be normalized");

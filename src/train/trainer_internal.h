@@ -185,6 +185,10 @@ class Trainer {
   std::unique_ptr<CacheReader> train_, val_;
   int64_t classes_ = 0;
   std::vector<int64_t> sample_shape_;  // C, H, W after the crop
+  // --augment rrc in effect (RandomResizedCrop training, Resize + CenterCrop
+  // evaluation), and the evaluation's Resize.
+  bool rrc_ = false;
+  uint32_t val_resize_ = 0;
   Model model_;
   std::unique_ptr<torch::optim::Optimizer> opt_;
   std::vector<double> base_lr_;  // per parameter group, after --lr-scaling

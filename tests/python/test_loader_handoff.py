@@ -108,13 +108,23 @@ def check_device_cpu_matches_host(tmp):
 
 
 def check_device_errors(tmp):
-    """device="cuda" without CUDA, and dtype without a device, are clear errors."""
+    """device="cuda" without CUDA, and channels_last without a device, are
+    clear errors; dtype without a device normalizes a uint8 cache in the
+    workers, to the values kiln.normalize gives within float16's rounding."""
     path = synth(tmp, "u8", "uint8")
     if not torch.cuda.is_available():
         expect_raises(RuntimeError, lambda: kiln.Loader(path, batch_size=8, device="cuda"),
                       "cuda", "no CUDA", "device='cpu'")
-    expect_raises(ValueError, lambda: kiln.Loader(path, batch_size=8, dtype=torch.float16),
+    expect_raises(ValueError, lambda: kiln.Loader(path, batch_size=8, channels_last=True),
                   "device=")
+    raw = kiln.Loader(path, batch_size=8, shuffle=False)
+    x8, _ = next(iter(raw))
+    for dtype in (torch.float16, torch.float32):
+        normalized = kiln.Loader(path, batch_size=8, shuffle=False, dtype=dtype)
+        x, _ = next(iter(normalized))  # a view of its ring: keep the loader
+        assert x.dtype == dtype and x.shape == x8.shape, (x.dtype, x.shape)
+        want = raw.normalize(x8.clone()).float()
+        assert (x.float() - want).abs().max().item() < 2e-3 * max(1.0, want.abs().max().item())
     expect_raises(ValueError, lambda: kiln.Loader(path, batch_size=8, device="cpu",
                                                   dtype=torch.int32), "dtype")
 

@@ -150,7 +150,7 @@ TEST_CASE("a uint8 cache is normalized with the manifest's mean and std", "[trai
   REQUIRE(CacheReader::Open(bare.path(), ReaderOptions(), &reader).ok());
   Status s = train::TensorLoader::Open(reader.get(), o, &tl);
   CHECK(s.IsCorruption());
-  CHECK_THAT(s.message(), Catch::Contains("mean and std"));
+  CHECK_THAT(s.message(), Catch::Contains("a mean and a positive std"));
 }
 
 // Every batch of two epochs, read back from the device, against the records

@@ -14,39 +14,17 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kiln/geometry.h"
 #include "kiln/image/decode.h"
 #include "kiln/record.h"
 #include "kiln/status.h"
 
 namespace kiln::image {
 
-struct ResizeSpec {
-  // torchvision Resize(S): the shorter side becomes S, the longer side
-  // int(S * long / short). 0 = no shorter-side resize.
-  int resize_shorter = 0;
-  // torchvision CenterCrop(C): a C x C crop from the centre; zero padding
-  // when the image is smaller (as torchvision pads). 0 = no crop.
-  int crop = 0;
-  // Resize to exactly squash_w x squash_h, ignoring aspect (torchvision
-  // Resize((H, W))). Both or neither; excludes resize_shorter.
-  int squash_w = 0;
-  int squash_h = 0;
-  // torchvision Resize(S, max_size=N) (with resize_shorter S) or
-  // Resize(None, max_size=N) (without): when the longer side, after the
-  // shorter-side resize if any, exceeds N, it becomes N and the shorter one
-  // int(N * short / long) (at least 1); smaller images keep their size.
-  // FFCV's max_resolution. 0 = no bound. Excludes squash; with
-  // resize_shorter, must exceed it (as torchvision requires).
-  int max_side = 0;
-};
-
-// The size after the resize step, before the crop, for an image whose
-// header says in_w x in_h. Callers pass it as DecodeOptions::min_width /
-// min_height. Returns InvalidArgument for non-positive sizes or a bad spec.
-Status PlanResize(int in_w, int in_h, const ResizeSpec& spec, int* resized_w, int* resized_h);
-
-// The final output size (after resize and crop) for an in_w x in_h image.
-Status PlanGeometry(int in_w, int in_h, const ResizeSpec& spec, int* out_w, int* out_h);
+// The geometry (kiln/geometry.h) is core's: the loader applies it too.
+using kiln::PlanGeometry;
+using kiln::PlanResize;
+using kiln::ResizeSpec;
 
 // Resizes and centre-crops `in` into *out (replaced). Geometry is planned
 // from in.source_width/source_height when set (so DCT-downscaled decodes
@@ -66,10 +44,7 @@ using kiln::DType;
 // Returns InvalidArgument for an empty image or a zero std.
 Status ToCHW(const ImageU8& in, DType dtype, const float* mean, const float* std, void* dst);
 
-// IEEE binary16 bits of `value`, rounded to nearest even (NaN stays NaN,
-// overflow gives infinity). Exposed for tests and for callers that store
-// other half-precision values.
-uint16_t FloatToHalf(float value);
+using kiln::FloatToHalf;
 
 }  // namespace kiln::image
 

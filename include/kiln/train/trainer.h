@@ -51,6 +51,11 @@ struct TrainOptions {
   int dist_timeout = 300;           // seconds: rendezvous and each collective, distributed
   uint32_t crop = 0;                // random crop (train) / center crop (val) to crop x crop
   bool flip = false;                // random horizontal flip (train)
+  // Load-time augmentation: "rrc" = RandomResizedCrop(crop) + flip for
+  // training, Resize + CenterCrop(crop) for --val; "none" = a window of
+  // --crop (random when training); "auto" = rrc on a cache of whole images
+  // (kiln build --max-side / --shorter-side), else none.
+  std::string augment = "auto";
   bool channels_last = false;
 
   // Model.

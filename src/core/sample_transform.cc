@@ -1,0 +1,397 @@
+#include "core/sample_transform.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace kiln::internal {
+
+SamplePlan PlanSample(const LoaderOptions& o, uint32_t size, uint64_t epoch, uint64_t index, int h,
+                      int w) {
+  SamplePlan p;
+  SampleRandom random = SampleRandom::For(o.seed, epoch, index);
+  const int s = static_cast<int>(size);
+  switch (o.crop_kind) {
+    case CropKind::kWindow: {
+      // A size x size window of the record (the whole record without a
+      // crop), seeded or centred as torchvision's CenterCrop.
+      CropBox b{0, 0, h, w};
+      if (size > 0) {
+        b.height = b.width = s;
+        if (o.random_crop) {
+          b.top = static_cast<int>(random.Below(static_cast<uint64_t>(h - s + 1)));
+          b.left = static_cast<int>(random.Below(static_cast<uint64_t>(w - s + 1)));
+        } else {
+          b.top = CropOffset(h, s);
+          b.left = CropOffset(w, s);
+        }
+      }
+      p.box = p.source = b;
+      p.resized_w = b.width;
+      p.resized_h = b.height;
+      break;
+    }
+    case CropKind::kRandomResized:
+      p.box = p.source = RandomResizedCropBox(h, w, o.rrc, &random);
+      p.resized_w = p.resized_h = s;
+      break;
+    case CropKind::kResizeCenter: {
+      p.source = CropBox{0, 0, h, w};
+      ResizeSpec spec;
+      spec.resize_shorter = static_cast<int>(o.resize);
+      if (!PlanResize(w, h, spec, &p.resized_w, &p.resized_h).ok()) {
+        p.resized_w = w;  // not reached: Open checked the options
+        p.resized_h = h;
+      }
+      p.x0 = CropOffset(p.resized_w, s);
+      p.y0 = CropOffset(p.resized_h, s);
+      // The window's visible part, mapped back onto the stored image.
+      const int vx0 = std::max(p.x0, 0), vx1 = std::min(p.x0 + s, p.resized_w);
+      const int vy0 = std::max(p.y0, 0), vy1 = std::min(p.y0 + s, p.resized_h);
+      const double fx = static_cast<double>(w) / p.resized_w;
+      const double fy = static_cast<double>(h) / p.resized_h;
+      p.box.left = static_cast<int>(std::lround(vx0 * fx));
+      p.box.top = static_cast<int>(std::lround(vy0 * fy));
+      p.box.width = static_cast<int>(std::lround(vx1 * fx)) - p.box.left;
+      p.box.height = static_cast<int>(std::lround(vy1 * fy)) - p.box.top;
+      break;
+    }
+  }
+  p.flip = o.random_flip && random.Coin();
+  return p;
+}
+
+SampleWriter::SampleWriter(int channels, DType out, const std::vector<double>& mean,
+                           const std::vector<double>& std)
+    : channels_(channels), out_(out) {
+  float m[4] = {0, 0, 0, 0}, sd[4] = {1, 1, 1, 1};
+  for (int c = 0; c < channels && c < 4; ++c) {
+    if (static_cast<size_t>(c) < mean.size()) m[c] = static_cast<float>(mean[c]);
+    if (static_cast<size_t>(c) < std.size()) sd[c] = static_cast<float>(std[c]);
+  }
+  NormalizeTable(m, sd, std::min(channels, 4), table_);
+  std::copy(m, m + 4, mean_);
+  std::copy(sd, sd + 4, std_);
+  for (int c = 0; c < std::min(channels, 4); ++c)
+    for (int v = 0; v < 256; ++v) half_[c][v] = FloatToHalf(table_[c][v]);
+}
+
+void SampleWriter::Reserve(int max_h, int max_w, int max_out) {
+  const size_t c = static_cast<size_t>(channels_);
+  const size_t h = std::max(max_h, 1), w = std::max(max_w, 1), out = std::max(max_out, 1);
+  box_.reserve(h * w * c);
+  resized_.reserve(out * out * c);
+  rows_.reserve(out * c);
+  // A resampled axis of n <= max_out outputs reads ksize <= 2 x ceil(in /
+  // out) + 1 taps each (outputs are at least 1 pixel); the horizontal pass
+  // covers at most every input row.
+  const size_t in = std::max(h, w), k = 2 * in + 3;
+  for (image::internal::AxisTaps* t : {&scratch_.horizontal, &scratch_.vertical}) {
+    t->first.reserve(out);
+    t->count.reserve(out);
+    t->weights.reserve(out * k);
+    t->work.reserve(k);
+  }
+  scratch_.temp.reserve(h * out * c);
+  scratch_.madd.reserve((out + 1) / 2 * 3 * 2 * 16);
+  scratch_.acc.reserve(out * c);
+  scratch_.rows.reserve(k);
+}
+
+namespace {
+
+// The SIMD kernels below exist for x86-64 only and are chosen at run time
+// by what the CPU supports (and UseSampleKernels); each gives exactly the
+// portable code's values (the same IEEE float operations; shuffles move
+// bytes).
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define KILN_SAMPLE_X86 1
+#endif
+
+std::atomic<bool> g_simd{true};
+
+struct Cpu {
+  bool ssse3 = false, avx2_f16c = false;
+};
+const Cpu& Features() {
+  static const Cpu cpu = [] {
+    Cpu c;
+#ifdef KILN_SAMPLE_X86
+    __builtin_cpu_init();
+    c.ssse3 = __builtin_cpu_supports("ssse3");
+    c.avx2_f16c = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+#endif
+    return c;
+  }();
+  return cpu;
+}
+bool Ssse3() { return g_simd.load(std::memory_order_relaxed) && Features().ssse3; }
+bool Avx2F16c() { return g_simd.load(std::memory_order_relaxed) && Features().avx2_f16c; }
+
+// Three planes' n bytes interleaved into RGBRGB... (n pixels).
+void Interleave3(const uint8_t* a, const uint8_t* b, const uint8_t* c, int n, uint8_t* out);
+// n pixels of RGBRGB... split into three planes, each written mirrored
+// (out[n - 1 - x]) when `flip`.
+void Deinterleave3(const uint8_t* in, int n, bool flip, uint8_t* a, uint8_t* b, uint8_t* c);
+
+void Interleave3Portable(const uint8_t* a, const uint8_t* b, const uint8_t* c, int x, int n,
+                         uint8_t* out) {
+  for (; x < n; ++x) {
+    out[3 * x] = a[x];
+    out[3 * x + 1] = b[x];
+    out[3 * x + 2] = c[x];
+  }
+}
+
+void Deinterleave3Portable(const uint8_t* in, int x, int n, bool flip, uint8_t* a, uint8_t* b,
+                           uint8_t* c) {
+  for (; x < n; ++x) {
+    const int o = flip ? n - 1 - x : x;
+    a[o] = in[3 * x];
+    b[o] = in[3 * x + 1];
+    c[o] = in[3 * x + 2];
+  }
+}
+
+#ifdef KILN_SAMPLE_X86
+// pshufb masks: byte i of the result takes byte mask[i] of the source
+// (-1: zero). Interleaving 16 pixels: output block k (16 bytes) takes
+// from plane p the bytes whose position 3x+p falls in it.
+struct Masks {
+  int8_t in[3][3][16];   // [output block][plane][byte]
+  int8_t out[3][3][16];  // [plane][input block][byte]
+  int8_t reverse[16];
+};
+const Masks& ShuffleMasks() {
+  static const Masks m = [] {
+    Masks k;
+    for (int blk = 0; blk < 3; ++blk)
+      for (int p = 0; p < 3; ++p)
+        for (int i = 0; i < 16; ++i) {
+          const int pos = blk * 16 + i;  // position in the interleaved 48 bytes
+          k.in[blk][p][i] = static_cast<int8_t>(pos % 3 == p ? pos / 3 : -1);
+        }
+    for (int p = 0; p < 3; ++p)
+      for (int blk = 0; blk < 3; ++blk)
+        for (int x = 0; x < 16; ++x) {
+          const int pos = 3 * x + p;  // where pixel x's plane-p byte lies
+          k.out[p][blk][x] = static_cast<int8_t>(pos / 16 == blk ? pos % 16 : -1);
+        }
+    for (int i = 0; i < 16; ++i) k.reverse[i] = static_cast<int8_t>(15 - i);
+    return k;
+  }();
+  return m;
+}
+
+__attribute__((target("ssse3"))) void Interleave3Ssse3(const uint8_t* a, const uint8_t* b,
+                                                       const uint8_t* c, int n, uint8_t* out) {
+  const Masks& m = ShuffleMasks();
+  __m128i k[3][3];
+  for (int blk = 0; blk < 3; ++blk)
+    for (int p = 0; p < 3; ++p)
+      k[blk][p] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(m.in[blk][p]));
+  int x = 0;
+  for (; x + 16 <= n; x += 16) {
+    const __m128i va = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a + x));
+    const __m128i vb = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + x));
+    const __m128i vc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(c + x));
+    for (int blk = 0; blk < 3; ++blk) {
+      const __m128i o = _mm_or_si128(
+          _mm_or_si128(_mm_shuffle_epi8(va, k[blk][0]), _mm_shuffle_epi8(vb, k[blk][1])),
+          _mm_shuffle_epi8(vc, k[blk][2]));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 3 * x + 16 * blk), o);
+    }
+  }
+  Interleave3Portable(a, b, c, x, n, out);
+}
+
+__attribute__((target("ssse3"))) void Deinterleave3Ssse3(const uint8_t* in, int n, bool flip,
+                                                         uint8_t* a, uint8_t* b, uint8_t* c) {
+  const Masks& m = ShuffleMasks();
+  __m128i k[3][3];
+  for (int p = 0; p < 3; ++p)
+    for (int blk = 0; blk < 3; ++blk)
+      k[p][blk] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(m.out[p][blk]));
+  const __m128i rev = _mm_loadu_si128(reinterpret_cast<const __m128i*>(m.reverse));
+  uint8_t* planes[3] = {a, b, c};
+  int x = 0;
+  for (; x + 16 <= n; x += 16) {
+    const __m128i v0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 3 * x));
+    const __m128i v1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 3 * x + 16));
+    const __m128i v2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 3 * x + 32));
+    for (int p = 0; p < 3; ++p) {
+      __m128i o =
+          _mm_or_si128(_mm_or_si128(_mm_shuffle_epi8(v0, k[p][0]), _mm_shuffle_epi8(v1, k[p][1])),
+                       _mm_shuffle_epi8(v2, k[p][2]));
+      if (flip) {
+        o = _mm_shuffle_epi8(o, rev);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(planes[p] + n - 16 - x), o);
+      } else {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(planes[p] + x), o);
+      }
+    }
+  }
+  Deinterleave3Portable(in, x, n, flip, a, b, c);
+}
+
+// (v / 255 - mean) / std of n uint8 values, as float32 or IEEE half.
+__attribute__((target("avx2,f16c"))) int NormalizeAvx2(const uint8_t* in, int n, float mean,
+                                                       float std, bool half, void* out) {
+  const __m256 k255 = _mm256_set1_ps(255.0f), m = _mm256_set1_ps(mean), sd = _mm256_set1_ps(std);
+  int x = 0;
+  for (; x + 8 <= n; x += 8) {
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(in + x));
+    const __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b));
+    const __m256 y = _mm256_div_ps(_mm256_sub_ps(_mm256_div_ps(v, k255), m), sd);
+    if (half) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(static_cast<uint16_t*>(out) + x),
+                       _mm256_cvtps_ph(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    } else {
+      _mm256_storeu_ps(static_cast<float*>(out) + x, y);
+    }
+  }
+  return x;
+}
+#endif
+
+void Interleave3(const uint8_t* a, const uint8_t* b, const uint8_t* c, int n, uint8_t* out) {
+#ifdef KILN_SAMPLE_X86
+  if (Ssse3()) return Interleave3Ssse3(a, b, c, n, out);
+#endif
+  Interleave3Portable(a, b, c, 0, n, out);
+}
+
+void Deinterleave3(const uint8_t* in, int n, bool flip, uint8_t* a, uint8_t* b, uint8_t* c) {
+#ifdef KILN_SAMPLE_X86
+  if (Ssse3()) return Deinterleave3Ssse3(in, n, flip, a, b, c);
+#endif
+  Deinterleave3Portable(in, 0, n, flip, a, b, c);
+}
+
+// Writes the HWC window `in` (size x size x channels) into dst as CHW,
+// mirrored when `flip`, each value through `map`.
+template <typename T, typename Map>
+void Relayout(const uint8_t* in, int oh, int ow, int channels, bool flip, T* dst, Map map) {
+  const size_t plane = static_cast<size_t>(oh) * ow;
+  for (int c = 0; c < channels; ++c) {
+    T* out = dst + c * plane;
+    for (int y = 0; y < oh; ++y) {
+      const uint8_t* row = in + static_cast<size_t>(y) * ow * channels + c;
+      T* o = out + static_cast<size_t>(y) * ow;
+      if (!flip) {
+        for (int x = 0; x < ow; ++x) o[x] = map(c, row[x * channels]);
+      } else {
+        for (int x = 0; x < ow; ++x) o[ow - 1 - x] = map(c, row[x * channels]);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void SampleWriter::Write(const uint8_t* src, int h, int w, const SamplePlan& plan, int oh, int ow,
+                         void* dst) {
+  const int c_count = channels_;
+  const CropBox& b = plan.source;
+  // The source box, interleaved (HWC) for the resampler's kernels.
+  box_.resize(static_cast<size_t>(b.width) * b.height * c_count);
+  const size_t plane = static_cast<size_t>(h) * w;
+  for (int y = 0; y < b.height; ++y) {
+    uint8_t* row = box_.data() + static_cast<size_t>(y) * b.width * c_count;
+    const size_t at = static_cast<size_t>(b.top + y) * w + b.left;
+    if (c_count == 1) {
+      std::memcpy(row, src + at, b.width);
+    } else if (c_count == 3) {
+      Interleave3(src + at, src + plane + at, src + 2 * plane + at, b.width, row);
+    } else {
+      for (int c = 0; c < c_count; ++c) {
+        const uint8_t* in = src + c * plane + at;
+        for (int x = 0; x < b.width; ++x) row[x * c_count + c] = in[x];
+      }
+    }
+  }
+  // Resized and cut to the output window; zeros where it pads.
+  const int vx0 = std::max(plan.x0, 0), vx1 = std::min(plan.x0 + ow, plan.resized_w);
+  const int vy0 = std::max(plan.y0, 0), vy1 = std::min(plan.y0 + oh, plan.resized_h);
+  const size_t stride = static_cast<size_t>(ow) * c_count;
+  const bool padded =
+      vx0 - plan.x0 > 0 || vy0 - plan.y0 > 0 || vx1 - plan.x0 < ow || vy1 - plan.y0 < oh;
+  if (padded) {
+    resized_.assign(stride * oh, 0);
+  } else {
+    resized_.resize(stride * oh);
+  }
+  if (vx1 > vx0 && vy1 > vy0) {
+    uint8_t* at = resized_.data() + static_cast<size_t>(vy0 - plan.y0) * stride +
+                  static_cast<size_t>(vx0 - plan.x0) * c_count;
+    image::internal::ResampleRegion(box_.data(), b.width, b.height, c_count, b.width, b.height,
+                                    plan.resized_w, plan.resized_h, vx0, vy0, vx1 - vx0, vy1 - vy0,
+                                    at, stride, &scratch_);
+  }
+  if (c_count == 3) {
+    WriteThreeChannels(oh, ow, plan.flip, dst);
+    return;
+  }
+  switch (out_) {
+    case DType::kFloat32:
+      Relayout(resized_.data(), oh, ow, c_count, plan.flip, static_cast<float*>(dst),
+               [this](int c, uint8_t v) { return table_[c][v]; });
+      break;
+    case DType::kFloat16:
+      Relayout(resized_.data(), oh, ow, c_count, plan.flip, static_cast<uint16_t*>(dst),
+               [this](int c, uint8_t v) { return half_[c][v]; });
+      break;
+    default:
+      Relayout(resized_.data(), oh, ow, c_count, plan.flip, static_cast<uint8_t*>(dst),
+               [](int, uint8_t v) { return v; });
+      break;
+  }
+}
+
+// The output of an RGB window: each row split into its planes (mirrored
+// when flipped), straight into dst for uint8, else through a row of planes
+// normalized into dst.
+void SampleWriter::WriteThreeChannels(int oh, int ow, bool flip, void* dst) {
+  const size_t plane = static_cast<size_t>(oh) * ow;
+  rows_.resize(static_cast<size_t>(3) * ow);
+  for (int y = 0; y < oh; ++y) {
+    const uint8_t* in = resized_.data() + static_cast<size_t>(y) * ow * 3;
+    const size_t at = static_cast<size_t>(y) * ow;
+    if (out_ == DType::kUint8) {
+      uint8_t* d = static_cast<uint8_t*>(dst) + at;
+      Deinterleave3(in, ow, flip, d, d + plane, d + 2 * plane);
+      continue;
+    }
+    uint8_t* r = rows_.data();
+    Deinterleave3(in, ow, flip, r, r + ow, r + 2 * ow);
+    const bool half = out_ == DType::kFloat16;
+    for (int c = 0; c < 3; ++c) {
+      const uint8_t* v = r + static_cast<size_t>(c) * ow;
+      const size_t o = c * plane + at;
+      int x = 0;
+#ifdef KILN_SAMPLE_X86
+      if (Avx2F16c()) {
+        x = NormalizeAvx2(v, ow, mean_[c], std_[c], half,
+                          half ? static_cast<void*>(static_cast<uint16_t*>(dst) + o)
+                               : static_cast<void*>(static_cast<float*>(dst) + o));
+      }
+#endif
+      if (half) {
+        uint16_t* d = static_cast<uint16_t*>(dst) + o;
+        for (; x < ow; ++x) d[x] = half_[c][v[x]];
+      } else {
+        float* d = static_cast<float*>(dst) + o;
+        for (; x < ow; ++x) d[x] = table_[c][v[x]];
+      }
+    }
+  }
+}
+
+void UseSampleKernels(bool simd) { g_simd.store(simd); }
+
+}  // namespace kiln::internal

@@ -1,0 +1,83 @@
+// The loader's load-time geometry for one sample (internal to kiln::core):
+// which box of the stored image becomes the output (RandomResizedCrop,
+// Resize + CenterCrop, or a plain window), whether it is flipped, and the
+// one pass that writes it into a batch slot - resampled with the build's
+// PIL-exact resize, flipped, and written as uint8 or normalized
+// float16/float32 (a per-channel table: the same float32 operations as
+// torchvision's ToTensor + Normalize).
+//
+// Thread-safety: PlanSample is pure; a SampleWriter belongs to one thread
+// (it keeps that thread's buffers).
+#ifndef KILN_SRC_CORE_SAMPLE_TRANSFORM_H_
+#define KILN_SRC_CORE_SAMPLE_TRANSFORM_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "image/resample.h"
+#include "kiln/geometry.h"
+#include "kiln/loader.h"
+#include "kiln/record.h"
+
+namespace kiln::internal {
+
+// Where one sample's output comes from in its stored image (C x h x w).
+struct SamplePlan {
+  // The part of the stored image the output shows (reported by
+  // Loader's boxes). For a resize + centre crop: the crop window mapped
+  // back onto the stored image (rounded), all of it when padded.
+  CropBox box;
+  bool flip = false;
+  // The output is the `source` box of the stored image resized to
+  // resized_w x resized_h, of which the size x size window at (x0, y0) is
+  // kept (negative: zero padding before the image).
+  CropBox source;
+  int resized_w = 0, resized_h = 0;
+  int x0 = 0, y0 = 0;
+};
+
+// The plan for sample `index` of `epoch` (its random draws come from
+// SampleRandom::For(o.seed, epoch, index)), for a stored image of h x w and
+// an output of `size` x `size`.
+SamplePlan PlanSample(const LoaderOptions& o, uint32_t size, uint64_t epoch, uint64_t index, int h,
+                      int w);
+
+// Writes samples as their plans say, reusing its buffers.
+class SampleWriter {
+ public:
+  // `out`: the output dtype (uint8, float16 or float32); mean/std (in [0,
+  // 1] pixel units, `channels` values) are used for float output, empty for
+  // 0 and 1.
+  SampleWriter(int channels, DType out, const std::vector<double>& mean,
+               const std::vector<double>& std);
+
+  // Grows every buffer to what the largest case needs - images of at most
+  // max_h x max_w, outputs of at most max_out x max_out - so that Write
+  // allocates nothing afterwards.
+  void Reserve(int max_h, int max_w, int max_out);
+
+  // Writes the CHW uint8 image `src` (channels x h x w) into `dst`
+  // (channels x oh x ow of the output dtype) as `plan` says.
+  void Write(const uint8_t* src, int h, int w, const SamplePlan& plan, int oh, int ow, void* dst);
+
+ private:
+  void WriteThreeChannels(int oh, int ow, bool flip, void* dst);
+
+  int channels_;
+  DType out_;
+  float mean_[4], std_[4];
+  float table_[4][256];
+  uint16_t half_[4][256];
+  std::vector<uint8_t> rows_;     // one output row, per plane (3 channels)
+  std::vector<uint8_t> box_;      // the box, HWC
+  std::vector<uint8_t> resized_;  // the output window, HWC
+  image::internal::ResampleScratch scratch_;
+};
+
+// Whether SampleWriter may use the CPU's SIMD kernels (the default) or
+// only the portable code; both give the same values. For tests.
+void UseSampleKernels(bool simd);
+
+}  // namespace kiln::internal
+
+#endif  // KILN_SRC_CORE_SAMPLE_TRANSFORM_H_
