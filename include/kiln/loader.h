@@ -123,7 +123,13 @@ struct Batch {
 // Where a loader stands: the next batch it will hand out.
 struct LoaderPosition {
   uint64_t epoch = 0;
-  uint64_t batch = 0;
+  uint64_t batch = 0;  // of the epoch's batches after `skip`
+  uint64_t skip = 0;   // the samples of the epoch skipped at its start (StartEpoch)
+  // The samples of the epoch's permutation the whole job (every rank) has
+  // consumed: skip + batch x batch_size x world_size, at most the cache's
+  // count. A loader of another world size or batch size continues the
+  // epoch from there (elastic resume): StartEpoch(epoch, 0, consumed).
+  uint64_t consumed = 0;
 };
 
 // The shape of one output sample for `o` on a cache with manifest `m` (the
@@ -163,8 +169,14 @@ class Loader {
   Status SetResolution(uint32_t crop);
 
   // Begins epoch `epoch` at batch `start_batch` (to resume mid-epoch).
+  // With `skip`, the epoch is what is left of it after the first `skip`
+  // samples of its permutation (the whole job's, LoaderPosition::consumed
+  // of a loader of any world size or batch size): those are partitioned
+  // over this loader's ranks as a whole epoch is, and `start_batch` counts
+  // batches of them - so that a job restarted on fewer or more ranks sees
+  // every remaining sample once. The next epoch is whole again.
   // REQUIRES: every slot handed out earlier has been released.
-  Status StartEpoch(uint64_t epoch, uint64_t start_batch = 0);
+  Status StartEpoch(uint64_t epoch, uint64_t start_batch = 0, uint64_t skip = 0);
   // Waits for the next batch. Returns NotFound at the end of the epoch, the
   // Status (naming shard and record) of a record that failed to load, or
   // InvalidArgument when the batch's slot is still held (never released).
@@ -172,9 +184,12 @@ class Loader {
   // The consumer is done with `slot`; it may be refilled.
   void Release(int slot);
   LoaderPosition position() const;
+  // LoaderPosition::consumed for a position of (skip, batch) in an epoch.
+  uint64_t Consumed(uint64_t skip, uint64_t batch) const;
 
-  // The sample indices of this rank's epoch, in order (for tests and tools).
-  std::vector<uint64_t> EpochOrder(uint64_t epoch) const;
+  // The sample indices of this rank's epoch, in order (for tests and
+  // tools); with `skip`, of what is left after the first `skip` samples.
+  std::vector<uint64_t> EpochOrder(uint64_t epoch, uint64_t skip = 0) const;
 
  private:
   class Impl;  // the implementation (the .cc file)

@@ -343,9 +343,11 @@ class Loader:
         return {"batches": n, "wait_seconds": wait,
                 "wait_ms_per_batch": 1000.0 * wait / n if n else 0.0}
 
-    def epoch_order(self, epoch):
-        """This rank's sample indices of `epoch`, in the order they are loaded."""
-        return self._native.epoch_order(int(epoch))
+    def epoch_order(self, epoch, skip=0):
+        """This rank's sample indices of `epoch`, in the order they are loaded
+        (with `skip`: of the rest of the epoch after its first `skip`
+        samples, as after an elastic resume)."""
+        return self._native.epoch_order(int(epoch), int(skip))
 
     # ---- position --------------------------------------------------------
 
@@ -355,23 +357,45 @@ class Loader:
         self._generation += 1  # a running iteration ends
 
     def state_dict(self):
-        """The position: the epoch and the next batch to yield (a batch already
-        yielded counts as consumed), with the settings that fix the order."""
+        """The position - the epoch, the next batch to yield (a batch already
+        yielded counts as consumed), the samples skipped at the epoch's start
+        and `consumed`, the samples of the epoch the whole job (every rank)
+        has consumed - with the settings that fix the order."""
         d = dict(self._settings)
-        epoch, batch = self._native.position()
-        d.update({"epoch": epoch, "batch": batch})
+        epoch, batch, skip, consumed = self._native.position()
+        d.update({"epoch": epoch, "batch": batch, "skip": skip, "consumed": consumed})
         return d
 
     def load_state_dict(self, state):
         """Continue where `state` (from state_dict) left off, at the next
-        iteration. Raises ValueError if it came from a loader with other
-        settings that decide the order (cache size, batch size, seed, ...)."""
+        iteration. A state saved under another world size or batch size
+        continues the epoch elastically: the samples the whole job has not
+        yet consumed are partitioned over this loader's ranks, so that every
+        one is seen once (every rank must load the same state). Raises
+        ValueError if it came from a loader with other settings that decide
+        the samples (cache size, seed, shuffle, crop, ...)."""
+        elastic = ("world_size", "batch_size")
         diff = ["%s: %r in the state, %r here" % (k, state.get(k), self._settings[k])
-                for k in _ORDER_KEYS if state.get(k) != self._settings[k]]
+                for k in _ORDER_KEYS if state.get(k) != self._settings[k] and k not in elastic]
         if diff:
             raise ValueError("kiln.Loader.load_state_dict: the state comes from a loader with "
                              "other settings, its batches would differ: " + "; ".join(diff))
-        self._native.set_position(int(state["epoch"]), int(state["batch"]))
+        same = all(state.get(k) == self._settings[k] for k in elastic)
+        if same:
+            self._native.set_position(int(state["epoch"]), int(state["batch"]),
+                                      int(state.get("skip", 0)))
+        elif "consumed" not in state:
+            raise ValueError("kiln.Loader.load_state_dict: the state was saved under another "
+                             "world size or batch size (%s) by a kiln without elastic resume "
+                             "(no 'consumed' in it); resume with the same settings"
+                             % ", ".join("%s %r -> %r" % (k, state.get(k), self._settings[k])
+                                         for k in elastic))
+        else:
+            consumed = int(state["consumed"])
+            if consumed >= self.cache.count:  # the epoch was finished
+                self._native.set_position(int(state["epoch"]) + 1, 0, 0)
+            else:
+                self._native.set_position(int(state["epoch"]), 0, consumed)
         self._generation += 1
 
     # ---- iteration -------------------------------------------------------

@@ -171,11 +171,9 @@ class Loader::Impl {
         writers_.back()->Reserve(max_h, max_w, max_out);
       }
     }
-    // Samples per rank as torch.utils.data.DistributedSampler computes them.
-    const uint64_t n = m.count, w = static_cast<uint64_t>(opt_.world_size);
-    per_rank_ = (opt_.drop_last && n % w != 0) ? n / w : (n + w - 1) / w;
-    batches_ = opt_.drop_last ? per_rank_ / opt_.batch_size
-                              : (per_rank_ + opt_.batch_size - 1) / opt_.batch_size;
+    // A whole epoch (one that starts after no samples: StartEpoch's skip).
+    per_rank_ = PerRank(m.count);
+    batches_ = BatchesFor(per_rank_);
     // Transactions are made here, not in the workers: a worker that starts
     // late (on a busy machine) must not allocate after warm-up.
     for (int i = 0; i < opt_.workers; ++i) txns_.push_back(reader_->BeginRead());
@@ -197,22 +195,39 @@ class Loader::Impl {
     return Status::OK();
   }
 
-  std::vector<uint64_t> Order(uint64_t epoch) const {
+  // Samples per rank, as torch.utils.data.DistributedSampler computes them,
+  // for an epoch of `n` samples.
+  uint64_t PerRank(uint64_t n) const {
+    const uint64_t w = static_cast<uint64_t>(opt_.world_size);
+    return (opt_.drop_last && n % w != 0) ? n / w : (n + w - 1) / w;
+  }
+  uint64_t BatchesFor(uint64_t per_rank) const {
+    return opt_.drop_last ? per_rank / opt_.batch_size
+                          : (per_rank + opt_.batch_size - 1) / opt_.batch_size;
+  }
+
+  // This rank's samples of epoch `epoch` after the first `skip` of its
+  // permutation (the whole job's): every W-th of the rest, from the rank's
+  // own offset, padded by wrapping around as DistributedSampler pads.
+  std::vector<uint64_t> Order(uint64_t epoch, uint64_t skip = 0) const {
     const uint64_t n = reader_->size();
     std::vector<uint64_t> all(n);
     for (uint64_t i = 0; i < n; ++i) all[i] = i;
     // kiln's one seeded shuffle (kiln/shuffle.h), seeded per epoch.
     if (opt_.shuffle) SeededShuffle(&all, Mix(opt_.seed ^ Mix(epoch + 0x51ED270B7A3Full)));
+    skip = std::min(skip, n);
+    const uint64_t rest = n - skip;
     const uint64_t w = static_cast<uint64_t>(opt_.world_size);
-    const uint64_t total = per_rank_ * w;
+    const uint64_t per_rank = PerRank(rest);
+    const uint64_t total = per_rank * w;
     std::vector<uint64_t> mine;
-    mine.reserve(per_rank_);
+    mine.reserve(per_rank);
     for (uint64_t k = static_cast<uint64_t>(opt_.rank); k < total; k += w)
-      mine.push_back(all[k % n]);  // wrap-around padding
+      mine.push_back(all[skip + k % rest]);  // wrap-around padding
     return mine;
   }
 
-  Status StartEpoch(uint64_t epoch, uint64_t start) {
+  Status StartEpoch(uint64_t epoch, uint64_t start, uint64_t skip) {
     std::unique_lock<std::mutex> lock(mu_);
     for (SlotState s : state_)
       if (s == SlotState::kInUse)
@@ -227,14 +242,17 @@ class Loader::Impl {
                                        [](SlotState s) { return s == SlotState::kFilling; });
     });
     starting_ = false;
-    if (start > batches_) start = batches_;
-    order_ = Order(epoch);
+    order_ = Order(epoch, skip);
+    ep_per_rank_ = order_.size();
+    ep_batches_ = BatchesFor(ep_per_rank_);
+    skip_ = std::min<uint64_t>(skip, reader_->size());
+    if (start > ep_batches_) start = ep_batches_;
     epoch_ = epoch;
     next_claim_ = next_consume_ = start;
     ra_pos_ = start * opt_.batch_size;
     // Cold or not, judged from a sample of the epoch's records before any
     // worker starts (the read-ahead thread is idle: active_ is false).
-    ra_on_ = ra_budget_ > 0 && ra_pos_ < per_rank_ && !EpochResident(ra_pos_);
+    ra_on_ = ra_budget_ > 0 && ra_pos_ < ep_per_rank_ && !EpochResident(ra_pos_);
     ra_total_ = 0;
     if (!ra_cum_.empty()) ra_cum_[start % kReadAheadBatches] = 0;
     std::fill(state_.begin(), state_.end(), SlotState::kFree);
@@ -273,7 +291,7 @@ class Loader::Impl {
   Status Next(Batch* out) {
     std::unique_lock<std::mutex> lock(mu_);
     if (!failed_.ok()) return failed_;
-    if (!active_ || next_consume_ >= batches_) return Status::NotFound("end of epoch");
+    if (!active_ || next_consume_ >= ep_batches_) return Status::NotFound("end of epoch");
     const uint64_t b = next_consume_;
     const size_t s = b % slots_.size();
     if (state_[s] == SlotState::kInUse)  // waiting would never end
@@ -311,11 +329,24 @@ class Loader::Impl {
 
   LoaderPosition Position() const {
     std::lock_guard<std::mutex> lock(mu_);
-    return {epoch_, next_consume_};
+    LoaderPosition p;
+    p.epoch = epoch_;
+    p.batch = next_consume_;
+    p.skip = skip_;
+    p.consumed = Consumed(skip_, next_consume_);
+    return p;
+  }
+
+  // The samples of the epoch's permutation the whole job has consumed when
+  // every rank has taken `batch` batches after `skip`.
+  uint64_t Consumed(uint64_t skip, uint64_t batch) const {
+    const uint64_t n = reader_->size();
+    const uint64_t taken = batch * opt_.batch_size * static_cast<uint64_t>(opt_.world_size);
+    return std::min(n, skip + taken);
   }
 
   uint64_t BatchSize(uint64_t b) const {
-    return std::min<uint64_t>(opt_.batch_size, per_rank_ - b * opt_.batch_size);
+    return std::min<uint64_t>(opt_.batch_size, ep_per_rank_ - b * opt_.batch_size);
   }
 
   const Shape& out_shape() const { return out_shape_; }
@@ -330,7 +361,7 @@ class Loader::Impl {
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
       cv_.wait(lock, [&] {
-        return stop_ || (active_ && next_claim_ < batches_ &&
+        return stop_ || (active_ && next_claim_ < ep_batches_ &&
                          state_[next_claim_ % slots_.size()] == SlotState::kFree);
       });
       if (stop_) return;
@@ -438,15 +469,15 @@ class Loader::Impl {
 
   // Whether the read-ahead may look at the record at ra_pos_. REQUIRES: mu_.
   bool ReadAheadCanStep(uint64_t generation) const {
-    return active_ && ra_on_ && generation == ra_generation_ && ra_pos_ < per_rank_ &&
+    return active_ && ra_on_ && generation == ra_generation_ && ra_pos_ < ep_per_rank_ &&
            ra_pos_ / opt_.batch_size + 1 < FilledFrontier() + kReadAheadBatches;
   }
 
   // Whether the epoch's records are in the page cache, from a sample spread
-  // over the positions [from, per_rank_). REQUIRES: mu_ held, the workers
+  // over the positions [from, ep_per_rank_). REQUIRES: mu_ held, the workers
   // and the read-ahead idle (StartEpoch); it may read LMDB's tree pages.
   bool EpochResident(uint64_t from) {
-    const uint64_t n = per_rank_ - from;
+    const uint64_t n = ep_per_rank_ - from;
     bool resident = true;
     for (uint64_t k = 0; k < std::min(n, kResidencySamples) && resident; ++k) {
       const uint64_t idx = order_[from + k * n / std::min(n, kResidencySamples)];
@@ -577,6 +608,8 @@ class Loader::Impl {
   std::vector<std::unique_ptr<internal::SampleWriter>> writers_;
   std::vector<std::vector<uint8_t>> headers_;  // per worker, for ReadTxn::Read
   uint64_t sample_bytes_ = 0, per_rank_ = 0, batches_ = 0;
+  // This epoch's (after its skip): samples of this rank, batches, skip.
+  uint64_t ep_per_rank_ = 0, ep_batches_ = 0, skip_ = 0;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -645,12 +678,17 @@ uint64_t Loader::samples_per_epoch() const { return impl_->per_rank(); }
 uint64_t Loader::batches_per_epoch() const { return impl_->batches(); }
 uint64_t Loader::readahead_bytes() const { return impl_->readahead_budget(); }
 Status Loader::SetResolution(uint32_t crop) { return impl_->SetResolution(crop); }
-Status Loader::StartEpoch(uint64_t epoch, uint64_t start_batch) {
-  return impl_->StartEpoch(epoch, start_batch);
+Status Loader::StartEpoch(uint64_t epoch, uint64_t start_batch, uint64_t skip) {
+  return impl_->StartEpoch(epoch, start_batch, skip);
 }
 Status Loader::Next(Batch* out) { return impl_->Next(out); }
 void Loader::Release(int slot) { impl_->Release(slot); }
 LoaderPosition Loader::position() const { return impl_->Position(); }
-std::vector<uint64_t> Loader::EpochOrder(uint64_t epoch) const { return impl_->Order(epoch); }
+uint64_t Loader::Consumed(uint64_t skip, uint64_t batch) const {
+  return impl_->Consumed(skip, batch);
+}
+std::vector<uint64_t> Loader::EpochOrder(uint64_t epoch, uint64_t skip) const {
+  return impl_->Order(epoch, skip);
+}
 
 }  // namespace kiln

@@ -222,7 +222,7 @@ class PyLoader {
     Status s;
     {
       py::gil_scoped_release unlocked;
-      s = loader_->StartEpoch(epoch_, batch_);
+      s = loader_->StartEpoch(epoch_, batch_, skip_);
     }
     Check(s);
     started_epoch_ = epoch_;
@@ -279,13 +279,17 @@ class PyLoader {
   // Where the next iteration starts: (epoch, batch). The iterator reports
   // each batch it yields (a batch yielded counts as consumed) and the end
   // of its epoch; the loader itself may be ahead of it (device copies).
-  py::tuple Position() const { return py::make_tuple(epoch_, batch_); }
-  void SetPosition(uint64_t epoch, uint64_t batch) {
+  // (epoch, batch, skip, consumed): see kiln::LoaderPosition.
+  py::tuple Position() const {
+    return py::make_tuple(epoch_, batch_, skip_, loader_->Consumed(skip_, batch_));
+  }
+  void SetPosition(uint64_t epoch, uint64_t batch, uint64_t skip) {
     epoch_ = epoch;
     batch_ = batch;
+    skip_ = skip;
   }
-  void Yielded(uint64_t epoch, uint64_t index) { SetPosition(epoch, index + 1); }
-  void EpochDone() { SetPosition(started_epoch_ + 1, 0); }
+  void Yielded(uint64_t epoch, uint64_t index) { SetPosition(epoch, index + 1, skip_); }
+  void EpochDone() { SetPosition(started_epoch_ + 1, 0, 0); }
   // A callable making a fence for every batch handed back without one
   // (pin_memory=True: a CUDA event recorded on the current stream, since
   // the caller may have queued a copy of it). None: hand back at once.
@@ -341,7 +345,7 @@ class PyLoader {
   // Slots handed back with a fence whose copy may still be reading them.
   std::map<int, py::object> pending_;
   py::object fence_maker_ = py::none();
-  uint64_t epoch_ = 0, batch_ = 0;  // where the next Start() begins
+  uint64_t epoch_ = 0, batch_ = 0, skip_ = 0;  // where the next Start() begins
   uint64_t started_epoch_ = 0;
   uint64_t batches_ = 0;
   double wait_seconds_ = 0;
@@ -564,7 +568,8 @@ PYBIND11_MODULE(_kiln, m) {
       .def("next", &PyLoader::Next, py::arg("fence") = py::none())
       .def("hand_back", &PyLoader::HandBack, py::arg("fence") = py::none())
       .def("position", &PyLoader::Position)
-      .def("set_position", &PyLoader::SetPosition, py::arg("epoch"), py::arg("batch"))
+      .def("set_position", &PyLoader::SetPosition, py::arg("epoch"), py::arg("batch"),
+           py::arg("skip") = 0)
       .def("yielded", &PyLoader::Yielded, py::arg("epoch"), py::arg("index"))
       .def("epoch_done", &PyLoader::EpochDone)
       .def("set_fence_maker", &PyLoader::SetFenceMaker, py::arg("maker"))

@@ -286,6 +286,50 @@ def check_train_augment_rrc(tmp):
     assert none.returncode != 0 and "--augment rrc" in none.stdout, none.stdout
 
 
+def check_elastic_resume(tmp):
+    """A state saved by 2 ranks continues on 1 rank (and one saved by 1 rank
+    on 3, with another batch size): the new ranks together see exactly the
+    samples the job had not consumed, each once; the next epoch is whole
+    again; a state with another seed is still refused."""
+    path = synth(tmp, "u8", "uint8")  # 103 unique records
+    cache = kiln.Cache(path)
+    ident = {cache[i]["image"].tobytes(): i for i in range(len(cache))}
+
+    def take(loader, batches=None):
+        got = []
+        for k, (x, _) in enumerate(loader):
+            got += [ident[x[j].numpy().tobytes()] for j in range(x.shape[0])]
+            if batches is not None and k + 1 == batches:
+                break
+        return got
+
+    def run(world, batch, consume, new_world, new_batch):
+        old = [kiln.Loader(path, batch_size=batch, seed=3, rank=r, world_size=world)
+               for r in range(world)]
+        for l in old:
+            l.set_epoch(1)
+        seen = sum((take(l, consume) for l in old), [])
+        state = old[0].state_dict()
+        assert state["consumed"] == consume * batch * world, state
+        new = [kiln.Loader(path, batch_size=new_batch, seed=3, rank=r, world_size=new_world)
+               for r in range(new_world)]
+        rest = []
+        for l in new:
+            l.load_state_dict(state)
+            rest += take(l)
+        assert sorted(seen + rest) == list(range(len(cache))), (world, new_world)
+        assert all(l.epoch == 2 for l in new)
+        whole = sum((take(l) for l in new), [])  # epoch 2: whole again
+        assert sorted(set(whole)) == list(range(len(cache)))
+
+    run(2, 4, 5, 1, 6)   # 40 consumed, 63 left for one rank
+    run(1, 4, 7, 3, 5)   # 28 consumed, 75 left: 25 per rank
+    a = kiln.Loader(path, batch_size=4, seed=3, world_size=2, rank=0)
+    take(a, 2)
+    other = kiln.Loader(path, batch_size=4, seed=4)
+    expect_raises(ValueError, lambda: other.load_state_dict(a.state_dict()), "seed")
+
+
 CHECKS = {name[len("check_"):]: fn for name, fn in globals().items()
           if name.startswith("check_")}
 
