@@ -171,6 +171,10 @@ KILN_COMMAND(Command{
       sub->add_option("--shorter-side", o.shorter_side,
                       "store each image whole, its shorter side resized to S (torchvision "
                       "Resize(S); a format 2 cache, for CenterCrop at load time)");
+      sub->add_option("--masks", o.masks,
+                      "segmentation masks: DIR holds a single-channel PNG (class indices) at each "
+                      "image's relative path, extension .png; resized with nearest neighbour on "
+                      "the image's geometry into a 'mask' field (a format 2 cache)");
       sub->add_option("--channels", o.channels, "1 or 3 (default 3)");
       sub->add_option("--dtype", a->dtype, "float16 (default), float32 or uint8");
       sub->add_option("--norm", a->norm, "none (default: x/255), imagenet, or auto (dataset statistics)");

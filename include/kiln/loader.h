@@ -47,6 +47,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "kiln/cache_reader.h"
@@ -103,6 +104,15 @@ struct LoaderOptions {
   uint64_t readahead_bytes = kAutoReadAhead;
 };
 
+// Where one of a record's other fields (not the image, not the label)
+// goes in a batch: `data` holds batch_size x LoaderField::sample_bytes;
+// `lengths` batch_size x LoaderField::variable_dims entries (null for a
+// field of one fixed shape).
+struct FieldSlot {
+  void* data = nullptr;
+  int64_t* lengths = nullptr;
+};
+
 // Caller-owned memory for one batch: `data` holds batch_size x
 // Loader::sample_bytes() bytes, `labels` batch_size entries.
 struct BatchSlot {
@@ -111,7 +121,39 @@ struct BatchSlot {
   // Optional, batch_size x 5 entries: per sample the box of its stored
   // image the output shows (top, left, height, width) and 1 when flipped.
   int64_t* boxes = nullptr;
+  // The other fields, in LoaderFields' order; empty: not delivered.
+  std::vector<FieldSlot> fields;
 };
+
+// How the loader delivers one of a record's other fields (every field but
+// the image and the label), in batches:
+//  - kPlain: as stored; a dim that varies is padded with zeros to the
+//    largest size it took in the cache (the manifest's max_shape), and
+//    each sample's size along it goes to the lengths.
+//  - kMask: a field named "mask" of the image's height and width (H x W or
+//    K x H x W, uint8/int32/int64), when the loader crops or flips: it gets
+//    the image's box and flip, resized with nearest neighbour (PIL's
+//    crop(box).resize(size, NEAREST)), zeros where the image is padded.
+//  - kBoxes: a float32 field named "boxes" of shape (N, 4), boxes as x1,
+//    y1, x2, y2 in the stored image's pixels, when the loader crops or
+//    flips: mapped into the output's pixels, clipped to it, and dropped when
+//    nothing of them is left; the lengths give the boxes kept.
+struct LoaderField {
+  enum Role { kPlain, kMask, kBoxes };
+  std::string name;
+  int index = 0;  // in the manifest's fields
+  DType dtype = DType::kUint8;
+  Role role = kPlain;
+  Shape shape;                           // one sample's, padded (kMask: the output's H, W)
+  int variable_dims = 0;                 // dims whose size is reported in the lengths
+  std::array<int, kMaxDims> variable{};  // which dims, in order
+  uint64_t sample_bytes = 0;             // shape's elements x the dtype's size
+};
+
+// The other fields a loader with options `o` delivers for a cache with
+// manifest `m`, in the manifest's order (at the largest resolution,
+// max_crop, for a mask).
+Status LoaderFields(const Manifest& m, const LoaderOptions& o, std::vector<LoaderField>* out);
 
 struct Batch {
   int slot = -1;        // index into the slots given to Open

@@ -68,6 +68,10 @@ struct Preprocessing {
   // write as before.
   bool whole = false;
   int max_side = 0;
+  // Segmentation masks (kiln build --masks DIR): the absolute directory
+  // whose PNGs, at the images' relative paths, became each record's "mask"
+  // field; "" = none. Recorded only when set.
+  std::string masks;
   std::string interpolation = "bilinear, antialiased (PIL/torchvision)";
   int channels = 3;               // 1 or 3
   DType dtype = DType::kFloat16;  // of the records

@@ -116,6 +116,10 @@ class Cache:
     #: manifest, as kiln's C++ reader checks them (CorruptionError when they
     #: are missing or do not fit the channels).
     normalization = property(lambda self: self._native.normalization)
+    #: The field the loader makes model inputs of, and the class-index
+    #: field (None without one), as kiln's C++ reader names them.
+    image_field = property(lambda self: self._native.image_field)
+    label_field = property(lambda self: self._native.label_field)
     #: 1 for a cache of image + label records (kiln build), 2 for named fields.
     format_version = property(lambda self: self._native.format_version)
 

@@ -247,11 +247,41 @@ class Loader:
             addr = [x[i].ctypes.data for i in range(nslots)]
             laddr = [y[i].ctypes.data for i in range(nslots)]
             baddr = [boxes[i].ctypes.data for i in range(nslots)]
-        self._ring = (x, y, boxes)
+        # The other fields (every one but the image and the label), each a
+        # flat buffer per slot sized at the largest resolution, and its
+        # lengths where a dim varies.
+        o_max = _kiln.LoaderOptions()
+        for k in ("batch_size", "crop", "crop_kind", "resize", "scale", "ratio", "random_flip",
+                  "output_dtype", "max_crop"):
+            setattr(o_max, k, getattr(o, k))
+        o_max.crop = max(o.crop, o.max_crop)
+        self._options = o
+        self._extra = []  # (name, data ring, lengths ring or None)
+        faddr = [[] for _ in range(nslots)]
+        for f in _kiln.loader_fields(cache._native, o_max):
+            elems = f["sample_bytes"] // _NUMPY_DTYPES[f["dtype"]].itemsize * o.batch_size
+            nvar = len(f["variable"])
+            if torch is not None:
+                d = torch.zeros((nslots, elems), dtype=_TORCH_DTYPES[f["dtype"]])
+                ln = torch.zeros((nslots, o.batch_size, nvar), dtype=torch.int64) if nvar else None
+                for i in range(nslots):
+                    faddr[i].append((d[i].data_ptr(), ln[i].data_ptr() if nvar else 0))
+            else:
+                d = np.zeros((nslots, elems), dtype=_NUMPY_DTYPES[f["dtype"]])
+                ln = np.zeros((nslots, o.batch_size, nvar), dtype=np.int64) if nvar else None
+                for i in range(nslots):
+                    faddr[i].append((d[i].ctypes.data, ln[i].ctypes.data if nvar else 0))
+            self._extra.append((f["name"], d, ln))
+        self._ring = (x, y, boxes, self._extra)
         self._ys = [y[i] for i in range(nslots)]
         self._bs = [boxes[i] for i in range(nslots)]
         self._last_boxes = None
-        self._native = _kiln.Loader(cache._native, o, addr, laddr, slot_bytes, self._ring, baddr)
+        self._native = _kiln.Loader(cache._native, o, addr, laddr, slot_bytes, self._ring, baddr,
+                                    faddr if self._extra else [])
+        #: Batches are (x, y) for a cache of an image and a label; a dict
+        #: (field name -> tensor, plus NAME_lengths for a field whose size
+        #: varies) when its records hold other fields too, or no label.
+        self.yields_dict = bool(self._extra) or cache.label_field is None
         self._view_ring()
         self._native.set_position(int(epoch), int(start_batch))
         if pin and self._device is None:
@@ -287,11 +317,32 @@ class Loader:
     # ---- geometry --------------------------------------------------------
 
     def _view_ring(self):
-        """Per slot, x of (batch, C, H, W) at the current resolution."""
+        """Per slot, x of (batch, C, H, W) at the current resolution, and the
+        other fields' shapes there."""
         x = self._ring[0]
         shape = (self.batch_size,) + tuple(self._native.sample_shape)
         n = int(np.prod(shape, dtype=np.int64))
         self._xs = [x[i][:n].reshape(shape) for i in range(x.shape[0])]
+        self._field_shapes = [(tuple(f["shape"]), f["variable"])
+                              for f in _kiln.loader_fields(self.cache._native, self._options)]
+
+    def _fields(self, slot, size):
+        """The other fields of the batch in `slot` (its first `size` samples):
+        each padded only to the batch's longest along its varying dims."""
+        out = {}
+        for (name, data, lengths), (shape, variable) in zip(self._extra, self._field_shapes):
+            n = int(np.prod(shape, dtype=np.int64))
+            v = data[slot][:n * self.batch_size].reshape((self.batch_size,) + shape)[:size]
+            if lengths is not None:
+                ln = lengths[slot][:size]
+                for k, dim in enumerate(variable):
+                    longest = int(ln[:, k].max()) if size else 0
+                    index = [slice(None)] * (1 + len(shape))
+                    index[1 + dim] = slice(0, longest)
+                    v = v[tuple(index)]
+                out[name + "_lengths"] = ln[:, 0] if len(variable) == 1 else ln
+            out[name] = v
+        return out
 
     def set_resolution(self, size):
         """The output size (H = W) from the next iteration on - a resolution
@@ -300,6 +351,7 @@ class Loader:
         held now goes back to the workers."""
         self._native.set_resolution(int(size))
         self._settings["crop"] = int(size)
+        self._options.crop = int(size)
         self._view_ring()
         self._generation += 1
 
@@ -419,7 +471,17 @@ class Loader:
         x, y, boxes = self._xs[slot], self._ys[slot], self._bs[slot]
         if size != self.batch_size:
             x, y, boxes = x[:size], y[:size], boxes[:size]
-        return x, y, boxes
+        return x, y, boxes, (self._fields(slot, size) if self._extra else None)
+
+    def _out(self, x, y, extra):
+        """What the iterator yields: (x, y), or the dict (see yields_dict)."""
+        if not self.yields_dict:
+            return x, y
+        d = {self.cache.image_field: x}
+        if self.cache.label_field is not None:
+            d[self.cache.label_field] = y
+        d.update(extra or {})
+        return d
 
     def _run(self, generation):
         native = self._native
@@ -429,13 +491,15 @@ class Loader:
             b = native.next()
             if b is None:
                 break
-            x, y, boxes = self._batch(b)
+            x, y, boxes, extra = self._batch(b)
             if self._copy:
-                x, y, boxes = [t.clone() if torch is not None else t.copy() for t in (x, y, boxes)]
+                copy = (lambda t: t.clone()) if torch is not None else (lambda t: t.copy())
+                x, y, boxes = copy(x), copy(y), copy(boxes)
+                extra = {k: copy(v) for k, v in extra.items()} if extra else extra
                 native.hand_back()  # the workers may refill it now
             self._last_boxes = boxes
             native.yielded(b[2], b[3])
-            yield x, y
+            yield self._out(x, y, extra)
         native.epoch_done()
         # No hand-back when the iterator is dropped: the batch it yielded last
         # stays the caller's until the next next() or start (see Lifetime).
@@ -461,13 +525,18 @@ class Loader:
         b = native.next()
         if b is None:
             return False
-        x, y, boxes = self._batch(b)
+        x, y, boxes, extra = self._batch(b)
         boxes = boxes.clone()  # the slot goes back before this batch is yielded
+        extra = extra or {}
         if dev.type == "cuda":
             side = self._side_stream
             with torch.cuda.stream(side):
                 dx = x.to(dev, non_blocking=True)
                 dy = y.to(dev, non_blocking=True)
+                # The other fields: their views are not pinned memory
+                # laid out contiguously, so they are copied synchronously
+                # with respect to the host (small next to the image).
+                dextra = {k: v.to(dev) for k, v in extra.items()}
                 read = torch.cuda.Event()
                 read.record(side)
                 dx = self._convert(dx)
@@ -476,9 +545,10 @@ class Loader:
             native.hand_back(read)
         else:
             dx, dy = self._convert(x.to(dev, copy=True)), y.to(dev, copy=True)
+            dextra = {k: v.to(dev, copy=True) for k, v in extra.items()}
             ready = None
             native.hand_back()
-        ahead.append((dx, dy, ready, b[2], b[3], boxes))
+        ahead.append((dx, dy, ready, b[2], b[3], boxes, dextra))
         return True
 
     def _run_device(self, generation):
@@ -492,16 +562,16 @@ class Loader:
             pass
         while ahead:
             self._check(generation)
-            dx, dy, ready, epoch, index, boxes = ahead.popleft()
+            dx, dy, ready, epoch, index, boxes, dextra = ahead.popleft()
             self._last_boxes = boxes
             self._launch(ahead)  # the next copy runs while this batch is used
             if ready is not None:
                 current = torch.cuda.current_stream(dev)
                 current.wait_event(ready)
-                dx.record_stream(current)
-                dy.record_stream(current)
+                for t in [dx, dy] + list(dextra.values()):
+                    t.record_stream(current)
             native.yielded(epoch, index)
-            yield dx, dy
+            yield self._out(dx, dy, dextra)
         native.epoch_done()
 
     def __reduce__(self):

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "core/fault_guard.h"
+#include "core/loader_output.h"
 #include "core/page_cache.h"
 #include "core/sample_transform.h"
 #include "kiln/shuffle.h"
@@ -33,92 +34,10 @@ constexpr uint64_t kReadAheadBatches = 1024;
 // Records sampled at an epoch's start to judge whether it is in memory.
 constexpr uint64_t kResidencySamples = 16;
 
-// The stored image field: its spec (format 1: made from the manifest).
-FieldSpec ImageSpec(const Manifest& m) {
-  if (!m.fields.empty()) return m.fields[m.image_field];
-  FieldSpec f;
-  f.name = "image";
-  f.dtype = m.dtype;
-  f.ndim = m.shape.ndim;
-  for (int i = 0; i < m.shape.ndim; ++i) f.dims[i] = f.max_dims[i] = m.shape.dims[i];
-  return f;
-}
-
-// Whether samples go through a SampleWriter (resampled or converted)
-// rather than the window copy.
-bool UsesWriter(const Manifest& m, const LoaderOptions& o) {
-  return o.crop_kind != CropKind::kWindow || (o.output_dtype && *o.output_dtype != m.dtype);
-}
-
-// The output shape for a crop of `crop` (the checks of LoaderOutputShape).
-Status OutputShapeFor(const Manifest& m, const LoaderOptions& o, uint32_t crop, Shape* out) {
-  const FieldSpec image = ImageSpec(m);
-  if (!IsPixelDType(image.dtype))
-    return Status::InvalidArgument(std::string("loader: the cache's image field is ") +
-                                   DTypeName(image.dtype) +
-                                   "; the loader batches uint8, float16 or "
-                                   "float32 images");
-  if (o.output_dtype) {
-    const DType want = *o.output_dtype;
-    const bool same = want == image.dtype;
-    const bool normalizes =
-        image.dtype == DType::kUint8 && (want == DType::kFloat16 || want == DType::kFloat32);
-    if (!same && !normalizes)
-      return Status::InvalidArgument(std::string("loader: cannot turn the cache's ") +
-                                     DTypeName(image.dtype) + " images into " + DTypeName(want) +
-                                     " (the loader normalizes uint8 images into float16 or "
-                                     "float32)");
-  }
-  if (o.crop_kind == CropKind::kWindow) {
-    if (!image.fixed())
-      return Status::InvalidArgument(
-          "loader: the cache's '" + image.name + "' field varies in size from record to record (" +
-          image.ShapeText() +
-          "): batching it needs an output geometry that resizes each image to one size - "
-          "RandomResizedCrop for training or Resize + CenterCrop for evaluation "
-          "(kiln.Loader(crop=kiln.RandomResizedCrop(224)) or crop=kiln.ResizeCenterCrop(256, "
-          "224); kiln train --augment rrc); a plain crop cuts a window of records of one size");
-    *out = image.FixedShape();
-    const bool converts = o.output_dtype && *o.output_dtype != image.dtype;
-    if (crop == 0 && !o.random_flip && !converts) return Status::OK();
-    if (out->ndim != 3)
-      return Status::InvalidArgument("loader: crop/flip/dtype need CHW records, the cache holds " +
-                                     out->ToString());
-    if (converts && out->dims[0] > 4)
-      return Status::InvalidArgument(
-          "loader: normalizing needs 1 to 4 channels, the records have " +
-          std::to_string(out->dims[0]));
-    if (crop > 0) {
-      if (crop > out->dims[1] || crop > out->dims[2])
-        return Status::InvalidArgument("loader: crop " + std::to_string(crop) +
-                                       " is larger than the records' " + out->ToString());
-      out->dims[1] = out->dims[2] = crop;
-    }
-    return Status::OK();
-  }
-  const char* what =
-      o.crop_kind == CropKind::kRandomResized ? "RandomResizedCrop" : "Resize + CenterCrop";
-  if (image.dtype != DType::kUint8)
-    return Status::InvalidArgument(
-        std::string("loader: ") + what + " resamples uint8 images, and this cache holds " +
-        DTypeName(image.dtype) +
-        " ones: rebuild it with --dtype uint8 (with --max-side or --shorter-side to store each "
-        "image whole), or use a plain crop");
-  if (image.ndim != 3 || image.dims[0] < 1 || image.dims[0] > 4)
-    return Status::InvalidArgument(std::string("loader: ") + what +
-                                   " needs CHW images of 1 to 4 channels, the cache's '" +
-                                   image.name + "' field is " + image.ShapeText());
-  if (crop == 0)
-    return Status::InvalidArgument(std::string("loader: ") + what + " needs an output size");
-  if (o.crop_kind == CropKind::kRandomResized) KILN_RETURN_IF_ERROR(CheckRandomResizedCrop(o.rrc));
-  *out = Shape{};
-  out->ndim = 3;
-  out->dims[0] = static_cast<uint32_t>(image.dims[0]);
-  out->dims[1] = out->dims[2] = crop;
-  return Status::OK();
-}
-
 }  // namespace
+
+using internal::ImageSpec;
+using internal::UsesWriter;
 
 class Loader::Impl {
  public:
@@ -180,6 +99,18 @@ class Loader::Impl {
     // What ReadTxn::Read keeps besides the image payload: a record's header
     // and its other fields.
     headers_.assign(opt_.workers, std::vector<uint8_t>(reader_->read_header_bytes()));
+    // The other fields, when the slots take them.
+    if (!slots_.front().fields.empty()) {
+      KILN_RETURN_IF_ERROR(LoaderFields(m, opt_, &fields_));
+      for (const BatchSlot& slot : slots_)
+        if (slot.fields.size() != fields_.size())
+          return Status::InvalidArgument("loader: slots of " + std::to_string(slot.fields.size()) +
+                                         " fields, the cache's records have " +
+                                         std::to_string(fields_.size()) +
+                                         " besides the image and the label");
+      field_writers_.resize(opt_.workers);
+      for (auto& fw : field_writers_) fw.Reserve(static_cast<int>(std::max(max_crop_, 1u)));
+    }
     ra_budget_ = opt_.readahead_bytes == kAutoReadAhead ? DefaultReadAheadBytes()
                                                         : opt_.readahead_bytes;
     if (ra_budget_ > 0) {
@@ -282,8 +213,11 @@ class Loader::Impl {
     KILN_RETURN_IF_ERROR(LoaderOutputShape(reader_->manifest(), o, &shape));
     // Workers claim nothing until StartEpoch.
     active_ = false;
+    std::vector<LoaderField> fields;
+    if (!fields_.empty()) KILN_RETURN_IF_ERROR(LoaderFields(reader_->manifest(), o, &fields));
     opt_.crop = crop_ = crop;
     out_shape_ = shape;
+    if (!fields_.empty()) fields_ = std::move(fields);
     sample_bytes_ = out_shape_.NumElements() * DTypeSize(out_dtype_);
     return Status::OK();
   }
@@ -412,9 +346,24 @@ class Loader::Impl {
             if (!st.ok()) return;
             slot.labels[j] = v.label;
             int64_t* box = slot.boxes != nullptr ? slot.boxes + j * 5 : nullptr;
-            if (v.data != out || box != nullptr) {
-              st = CopySample(v, idx, out, worker, box);
+            internal::SamplePlan plan;
+            if (v.data != out || box != nullptr || !slot.fields.empty()) {
+              st = CopySample(v, idx, out, worker, box, &plan);
               if (!st.ok()) return;
+            }
+            for (size_t k = 0; k < slot.fields.size(); ++k) {
+              const LoaderField& f = fields_[k];
+              const FieldSlot& fs = slot.fields[k];
+              st = field_writers_[worker].Write(
+                  f, v.fields[f.index], idx, plan, static_cast<int>(v.shape.dims[1]),
+                  static_cast<int>(v.shape.dims[2]), static_cast<int>(out_shape_.dims[1]),
+                  static_cast<int>(out_shape_.dims[2]),
+                  static_cast<uint8_t*>(fs.data) + j * f.sample_bytes,
+                  fs.lengths != nullptr ? fs.lengths + j * f.variable_dims : nullptr);
+              if (!st.ok()) {
+                st = Status::Corruption(reader_->dir() + ": " + st.message());
+                return;
+              }
             }
           }
         },
@@ -551,7 +500,8 @@ class Loader::Impl {
   // window (or the resampled box) and the flip applied, and the values
   // converted, while moving the bytes; `box` (5 entries) gets what was
   // shown. A window of a fixed record is row copies of the stored dtype.
-  Status CopySample(const RecordView& v, uint64_t idx, uint8_t* dst, int worker, int64_t* box) {
+  Status CopySample(const RecordView& v, uint64_t idx, uint8_t* dst, int worker, int64_t* box,
+                    internal::SamplePlan* plan_out) {
     const bool chw = v.shape.ndim == 3;
     const int h = chw ? static_cast<int>(v.shape.dims[1]) : 1;
     const int w = chw ? static_cast<int>(v.shape.dims[2]) : 1;
@@ -560,6 +510,7 @@ class Loader::Impl {
                                 ": its image is " + v.shape.ToString() + ", not CHW");
     const uint32_t size = opt_.crop_kind == CropKind::kWindow && opt_.crop == 0 ? 0 : crop_;
     const internal::SamplePlan plan = internal::PlanSample(opt_, size, epoch_, idx, h, w);
+    *plan_out = plan;
     if (box != nullptr) {
       box[0] = plan.box.top;
       box[1] = plan.box.left;
@@ -606,6 +557,9 @@ class Loader::Impl {
   uint64_t slot_bytes_ = 0;
   // Per worker, when samples are resampled or converted.
   std::vector<std::unique_ptr<internal::SampleWriter>> writers_;
+  // The other fields, when the slots take them, and per worker their writer.
+  std::vector<LoaderField> fields_;
+  std::vector<internal::FieldWriter> field_writers_;
   std::vector<std::vector<uint8_t>> headers_;  // per worker, for ReadTxn::Read
   uint64_t sample_bytes_ = 0, per_rank_ = 0, batches_ = 0;
   // This epoch's (after its skip): samples of this rank, batches, skip.
@@ -637,29 +591,6 @@ class Loader::Impl {
   uint64_t ra_pos_ = 0, ra_total_ = 0;
   std::vector<uint64_t> ra_cum_;
 };
-
-Status LoaderOutputShape(const Manifest& m, const LoaderOptions& o, Shape* out) {
-  return OutputShapeFor(m, o, o.crop, out);
-}
-
-Status LoaderOutputDType(const Manifest& m, const LoaderOptions& o, DType* out) {
-  Shape shape;
-  KILN_RETURN_IF_ERROR(OutputShapeFor(m, o, o.crop, &shape));
-  *out = o.output_dtype ? *o.output_dtype : ImageSpec(m).dtype;
-  return Status::OK();
-}
-
-Status LoaderSlotBytes(const Manifest& m, const LoaderOptions& o, uint64_t* out) {
-  if (o.max_crop > 0 && o.max_crop < o.crop)
-    return Status::InvalidArgument("loader: max_crop " + std::to_string(o.max_crop) +
-                                   " is smaller than the crop " + std::to_string(o.crop));
-  Shape shape;
-  DType dtype;
-  KILN_RETURN_IF_ERROR(OutputShapeFor(m, o, std::max(o.crop, o.max_crop), &shape));
-  KILN_RETURN_IF_ERROR(LoaderOutputDType(m, o, &dtype));
-  *out = shape.NumElements() * DTypeSize(dtype) * o.batch_size;
-  return Status::OK();
-}
 
 Loader::Loader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Loader::~Loader() = default;

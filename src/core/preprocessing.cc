@@ -22,7 +22,7 @@ constexpr const char* kRecipeKeys[] = {
     "shuffle_seed", "val_fraction", "split", "stats_sample", "libraries"};
 // Known but optional: "part" (a part's own record).
 bool IsKnownKey(const std::string& k) {
-  if (k == "part" || k == "whole" || k == "max_side") return true;
+  if (k == "part" || k == "whole" || k == "max_side" || k == "masks") return true;
   for (const char* r : kRecipeKeys)
     if (k == r) return true;
   return false;
@@ -46,6 +46,7 @@ json ToJsonValue(const Preprocessing& p) {
   j["size"] = {p.size_w, p.size_h};
   if (p.whole) j["whole"] = true;
   if (p.max_side > 0) j["max_side"] = p.max_side;
+  if (!p.masks.empty()) j["masks"] = p.masks;
   j["interpolation"] = p.interpolation;
   j["channels"] = p.channels;
   j["dtype"] = DTypeName(p.dtype);
@@ -131,6 +132,7 @@ Status Preprocessing::FromJson(const std::string& text, const std::string& where
     }
     get("whole", &p.whole);
     KILN_RETURN_IF_ERROR(integer("max_side", &p.max_side, 0, kMaxInt));
+    get("masks", &p.masks);
     get("interpolation", &p.interpolation);
     KILN_RETURN_IF_ERROR(integer("channels", &p.channels, 1, 3));
     if (j.contains("dtype")) {

@@ -1,6 +1,7 @@
 #include "core/sample_transform.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -393,5 +394,134 @@ void SampleWriter::WriteThreeChannels(int oh, int ow, bool flip, void* dst) {
 }
 
 void UseSampleKernels(bool simd) { g_simd.store(simd); }
+
+void FieldWriter::Reserve(int max_out) {
+  xs_.reserve(static_cast<size_t>(std::max(max_out, 1)));
+  ys_.reserve(static_cast<size_t>(std::max(max_out, 1)));
+}
+
+namespace {
+
+// The source index of each of `n` output pixels along one axis of a mask:
+// PIL's NEAREST for crop(box).resize(size), which walks the box in steps of
+// box / resized from half a step, adding the step per pixel, and truncates
+// (ImagingScaleAffine: the same float sums, the same picks), for output
+// pixels offset.. of the resized image; -1 where the output pads past it.
+void NearestMap(int n, int offset, int resized, int first, int box, std::vector<int>* out) {
+  out->assign(static_cast<size_t>(n), -1);
+  const double step = static_cast<double>(box) / resized;
+  double at = step * 0.5;
+  for (int r = 0; r < resized && r < offset + n; ++r, at += step)
+    if (r >= offset) (*out)[r - offset] = first + std::min(box - 1, static_cast<int>(at));
+}
+
+// Copies `fv` (of shape fv.shape, each dim at most out's) into `dst` laid
+// out as `out` (the padded shape), zeros elsewhere.
+void CopyPadded(const FieldView& fv, const Shape& out, size_t elem, uint8_t* dst) {
+  const uint64_t total = FieldElements(out) * elem;
+  if (fv.shape == out || fv.shape.ndim == 0) {
+    std::memcpy(dst, fv.data, std::min<uint64_t>(fv.bytes, total));
+    return;
+  }
+  std::memset(dst, 0, total);
+  const int nd = fv.shape.ndim;
+  const uint64_t rows = FieldElements(fv.shape) / std::max<uint32_t>(fv.shape.dims[nd - 1], 1);
+  if (fv.shape.dims[nd - 1] == 0 || rows == 0) return;
+  const size_t row = fv.shape.dims[nd - 1] * elem;
+  std::array<uint32_t, kMaxDims> at{};
+  for (uint64_t r = 0; r < rows; ++r) {
+    // The row's place: its index over dims 0..nd-2 in the padded layout.
+    uint64_t o = 0;
+    for (int d = 0; d < nd - 1; ++d) o = o * out.dims[d] + at[d];
+    std::memcpy(dst + o * out.dims[nd - 1] * elem, fv.data + r * row, row);
+    for (int d = nd - 2; d >= 0; --d) {
+      if (++at[d] < fv.shape.dims[d]) break;
+      at[d] = 0;
+    }
+  }
+}
+
+}  // namespace
+
+Status FieldWriter::Write(const LoaderField& f, const FieldView& fv, uint64_t index,
+                          const SamplePlan& plan, int h, int w, int oh, int ow, uint8_t* dst,
+                          int64_t* lengths) {
+  const size_t elem = DTypeSize(f.dtype);
+  // The manifest's largest sizes bound every record's: a record past them
+  // (a manifest that lies) is refused, not written past the slot.
+  for (int d = 0; d < fv.shape.ndim && f.role != LoaderField::kMask; ++d)
+    if (fv.shape.ndim != f.shape.ndim || fv.shape.dims[d] > f.shape.dims[d])
+      return Status::Corruption("record " + std::to_string(index) + ": its '" + f.name + "' is " +
+                                fv.shape.ToString() + ", larger than the manifest's max_shape " +
+                                f.shape.ToString());
+  switch (f.role) {
+    case LoaderField::kMask: {
+      const int nd = fv.shape.ndim;
+      const int mh = static_cast<int>(fv.shape.dims[nd - 2]);
+      const int mw = static_cast<int>(fv.shape.dims[nd - 1]);
+      if (mh != h || mw != w)
+        return Status::Corruption("record " + std::to_string(index) + ": its '" + f.name + "' is " +
+                                  std::to_string(mh) + "x" + std::to_string(mw) + ", its image " +
+                                  std::to_string(h) + "x" + std::to_string(w) +
+                                  ": a mask must match its image to follow its crop");
+      const int planes = nd == 3 ? static_cast<int>(fv.shape.dims[0]) : 1;
+      NearestMap(ow, plan.x0, plan.resized_w, plan.source.left, plan.source.width, &xs_);
+      NearestMap(oh, plan.y0, plan.resized_h, plan.source.top, plan.source.height, &ys_);
+      for (int k = 0; k < planes; ++k)
+        for (int y = 0; y < oh; ++y) {
+          uint8_t* out = dst + (static_cast<size_t>(k) * oh + y) * ow * elem;
+          const int sy = ys_[y];
+          for (int x = 0; x < ow; ++x) {
+            const int sx = xs_[x];
+            uint8_t* o = out + static_cast<size_t>(plan.flip ? ow - 1 - x : x) * elem;
+            if (sy < 0 || sx < 0) {
+              std::memset(o, 0, elem);
+            } else {
+              std::memcpy(o, fv.data + ((static_cast<size_t>(k) * mh + sy) * mw + sx) * elem, elem);
+            }
+          }
+        }
+      return Status::OK();
+    }
+    case LoaderField::kBoxes: {
+      // x1, y1, x2, y2 in the stored image -> the resized box -> the output
+      // window, clipped; a box with nothing left is dropped.
+      const double sx = static_cast<double>(plan.resized_w) / plan.source.width;
+      const double sy = static_cast<double>(plan.resized_h) / plan.source.height;
+      const uint32_t n = fv.shape.dims[0];
+      float* out = reinterpret_cast<float*>(dst);
+      uint32_t kept = 0;
+      for (uint32_t i = 0; i < n; ++i) {
+        float b[4];
+        std::memcpy(b, fv.data + i * 16, 16);
+        auto clip = [](double v, int hi) { return std::min<double>(std::max(v, 0.0), hi); };
+        double x1 = clip((b[0] - plan.source.left) * sx - plan.x0, ow);
+        double x2 = clip((b[2] - plan.source.left) * sx - plan.x0, ow);
+        const double y1 = clip((b[1] - plan.source.top) * sy - plan.y0, oh);
+        const double y2 = clip((b[3] - plan.source.top) * sy - plan.y0, oh);
+        if (!(x2 > x1 && y2 > y1)) continue;
+        if (plan.flip) {
+          const double t = x1;
+          x1 = ow - x2;
+          x2 = ow - t;
+        }
+        float* o = out + static_cast<size_t>(kept++) * 4;
+        o[0] = static_cast<float>(x1);
+        o[1] = static_cast<float>(y1);
+        o[2] = static_cast<float>(x2);
+        o[3] = static_cast<float>(y2);
+      }
+      std::memset(out + static_cast<size_t>(kept) * 4, 0, (f.shape.dims[0] - kept) * 16);
+      if (lengths != nullptr) lengths[0] = kept;
+      return Status::OK();
+    }
+    case LoaderField::kPlain:
+      break;
+  }
+  CopyPadded(fv, f.shape, elem, dst);
+  for (int k = 0; k < f.variable_dims && lengths != nullptr; ++k)
+    lengths[k] = fv.shape.dims[f.variable[k]];
+  return Status::OK();
+}
 
 }  // namespace kiln::internal

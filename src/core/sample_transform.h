@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "image/resample.h"
+#include "kiln/cache_reader.h"
 #include "kiln/geometry.h"
 #include "kiln/loader.h"
 #include "kiln/record.h"
@@ -72,6 +73,23 @@ class SampleWriter {
   std::vector<uint8_t> box_;      // the box, HWC
   std::vector<uint8_t> resized_;  // the output window, HWC
   image::internal::ResampleScratch scratch_;
+};
+
+// Writes a record's other fields (kiln::LoaderField) into a batch, the
+// mask and boxes following their image's plan. Keeps its buffers.
+class FieldWriter {
+ public:
+  // Grows the buffers for outputs of at most max_out x max_out.
+  void Reserve(int max_out);
+  // Writes field `f` of record `index` (its stored view `fv`; the image was
+  // h x w and goes out oh x ow as `plan` says) into `dst` (f.sample_bytes,
+  // the shape at the current output size) and its lengths (when the field
+  // has variable dims). Corruption when a mask's H x W are not its image's.
+  Status Write(const LoaderField& f, const FieldView& fv, uint64_t index, const SamplePlan& plan,
+               int h, int w, int oh, int ow, uint8_t* dst, int64_t* lengths);
+
+ private:
+  std::vector<int> xs_, ys_;  // a mask's source column and row per output pixel
 };
 
 // Whether SampleWriter may use the CPU's SIMD kernels (the default) or

@@ -4,6 +4,7 @@
 #include "kiln/image/decode.h"
 
 #include <algorithm>
+#include <cstring>
 #include <opencv2/core.hpp>
 #include <opencv2/imgcodecs.hpp>
 
@@ -253,6 +254,39 @@ Status Decode(const uint8_t* data, size_t size, const std::string& name,
                               "signature, and OpenCV cannot decode it)");
   }
   return status;
+}
+
+Status DecodeMask(const uint8_t* data, size_t size, const std::string& name, int64_t max_pixels,
+                  ImageU8* out) {
+  cv::Mat decoded;
+  try {
+    const cv::Mat buffer(1, static_cast<int>(size), CV_8UC1, const_cast<uint8_t*>(data));
+    decoded = cv::imdecode(buffer, cv::IMREAD_UNCHANGED);
+  } catch (const cv::Exception& e) {
+    return Status::Corruption(name + ": cannot decode mask: " + e.what());
+  }
+  if (decoded.empty())
+    return Status::Corruption(name + ": cannot decode mask (damaged, truncated or not an image)");
+  if (decoded.channels() != 1 || decoded.depth() != CV_8U)
+    return Status::InvalidArgument(
+        name +
+        ": a mask must be one 8-bit channel of class indices (PIL mode \"L\"); this one has " +
+        std::to_string(decoded.channels()) + " channel(s) of " +
+        (decoded.depth() == CV_8U ? "8" : "more than 8") +
+        " bits (a palette PNG decodes as colours: save it with Image.convert(\"L\") on the "
+        "indices, e.g. Image.fromarray(np.array(img)))");
+  if (static_cast<int64_t>(decoded.cols) * decoded.rows > max_pixels)
+    return Status::InvalidArgument(name + ": " + std::to_string(decoded.cols) + "x" +
+                                   std::to_string(decoded.rows) + " is over --max-pixels");
+  out->width = out->source_width = decoded.cols;
+  out->height = out->source_height = decoded.rows;
+  out->channels = 1;
+  out->scale_num = out->scale_denom = 1;
+  out->pixels.resize(static_cast<size_t>(decoded.cols) * decoded.rows);
+  for (int y = 0; y < decoded.rows; ++y)
+    std::memcpy(out->pixels.data() + static_cast<size_t>(y) * decoded.cols, decoded.ptr<uint8_t>(y),
+                decoded.cols);
+  return Status::OK();
 }
 
 }  // namespace kiln::image

@@ -2,7 +2,9 @@
 #include "kiln/image/transform.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "resample.h"
 
@@ -73,6 +75,47 @@ Status ResizeAndCrop(const ImageU8& in, const ResizeSpec& spec, ImageU8* out) {
                  static_cast<size_t>(x_begin - ox) * in.channels;
   internal::ResampleRegion(in.pixels.data(), in.width, in.height, in.channels, box_w, box_h, rw, rh,
                            x_begin, y_begin, x_end - x_begin, y_end - y_begin, dst, stride);
+  return Status::OK();
+}
+
+Status ResizeAndCropNearest(const ImageU8& in, const ResizeSpec& spec, ImageU8* out) {
+  if (&in == out) return Status::InvalidArgument("ResizeAndCropNearest: input and output alias");
+  if (in.width <= 0 || in.height <= 0 || in.channels != 1 ||
+      in.pixels.size() != static_cast<size_t>(in.width) * in.height)
+    return Status::InvalidArgument("ResizeAndCropNearest: malformed mask " +
+                                   Size(in.width, in.height));
+  int rw, rh;
+  KILN_RETURN_IF_ERROR(PlanResize(in.width, in.height, spec, &rw, &rh));
+  const int cw = spec.crop > 0 ? spec.crop : rw;
+  const int ch = spec.crop > 0 ? spec.crop : rh;
+  const int ox = CropOffset(rw, cw), oy = CropOffset(rh, ch);
+  // The input column (row) of each output one; -1 in the padding. PIL's
+  // NEAREST resize (ImagingScaleAffine) walks the input in steps of in /
+  // out from half a step, adding the step each pixel, and truncates: the
+  // same float sums give the same picks (a product instead of the sum
+  // picks another pixel where the sum falls just short of an integer).
+  auto map = [](int n, int offset, int resized, int in_size, std::vector<int>* out_idx) {
+    out_idx->assign(static_cast<size_t>(n), -1);
+    const double step = static_cast<double>(in_size) / resized;
+    double at = step * 0.5;
+    for (int r = 0; r < resized && r < offset + n; ++r, at += step)
+      if (r >= offset) (*out_idx)[r - offset] = std::min(in_size - 1, static_cast<int>(at));
+  };
+  std::vector<int> xs, ys;
+  map(cw, ox, rw, in.width, &xs);
+  map(ch, oy, rh, in.height, &ys);
+  out->width = out->source_width = cw;
+  out->height = out->source_height = ch;
+  out->channels = 1;
+  out->scale_num = out->scale_denom = 1;
+  out->pixels.assign(static_cast<size_t>(cw) * ch, 0);
+  for (int y = 0; y < ch; ++y) {
+    if (ys[y] < 0) continue;
+    const uint8_t* src = in.pixels.data() + static_cast<size_t>(ys[y]) * in.width;
+    uint8_t* dst = out->pixels.data() + static_cast<size_t>(y) * cw;
+    for (int x = 0; x < cw; ++x)
+      if (xs[x] >= 0) dst[x] = src[xs[x]];
+  }
   return Status::OK();
 }
 

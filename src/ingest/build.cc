@@ -71,6 +71,10 @@ Status CheckOptions(const BuildOptions& o) {
           "--max-side must be larger than --shorter-side (as "
           "torchvision's Resize(size, max_size) requires)");
   }
+  if (!o.masks.empty() && !fs::is_directory(o.masks))
+    return Status::InvalidArgument("--masks " + o.masks +
+                                   ": not a directory (of PNG masks at the images' relative "
+                                   "paths)");
   if (o.val_fraction < 0 || o.val_fraction >= 1)
     return Status::InvalidArgument("--val-fraction must be in [0, 1)");
   return Status::OK();
@@ -98,8 +102,8 @@ class Builder {
     recipe_ = BaseRecipe();
     if (opt_.num_parts > 1 && BuildWritesFields(src_, recipe_))
       return Status::NotSupported(
-          "--num-parts with whole images (--max-side/--shorter-side) or a CSV of several labels "
-          "or float targets is not supported yet (kiln merge joins format 1 parts only)");
+          "--num-parts with whole images (--max-side/--shorter-side), --masks or a CSV of several "
+          "labels or float targets is not supported yet (kiln merge joins format 1 parts only)");
     KILN_RETURN_IF_ERROR(Preprocessor::PlanShape(recipe_, src_, &shape_));
     KILN_RETURN_IF_ERROR(ChooseNormalization());
     std::vector<Plan> plans = MakePlans();
@@ -176,6 +180,8 @@ class Builder {
     r.crop = opt_.crop;
     r.whole = opt_.max_side > 0 || opt_.shorter_side > 0;
     r.max_side = opt_.max_side;
+    if (!opt_.masks.empty())
+      r.masks = EscapeName(fs::absolute(opt_.masks).lexically_normal().string());
     r.size_w = opt_.size_w;
     r.size_h = opt_.size_h;
     r.channels = opt_.channels;

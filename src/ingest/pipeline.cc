@@ -20,6 +20,9 @@ struct Chunk {
   // Whole images (record_bytes 0): each record's payload and shape.
   std::vector<std::vector<uint8_t>> whole;
   std::vector<Shape> shapes;
+  // Masks (--masks): each record's mask and its shape.
+  std::vector<std::vector<uint8_t>> masks;
+  std::vector<Shape> mask_shapes;
   std::vector<Status> status;
   // The stages done with the chunk. oneTBB passes a token from stage to
   // stage with synchronization of its own, which ThreadSanitizer cannot see
@@ -61,6 +64,8 @@ class ChunkPool {
         c->whole.resize(kChunk);
         c->shapes.resize(kChunk);
       }
+      c->masks.resize(kChunk);
+      c->mask_shapes.resize(kChunk);
       c->status.resize(kChunk);
       return c.release();
     }
@@ -131,6 +136,8 @@ Status RunPipeline(const PipelineJob& job, CacheWriter* writer, RejectLog* rejec
                                             &c->shapes[j])
                       : pre.TryProcess(src.root, src.items[order[k]], &scratch,
                                        c->payload.data() + j * record_bytes);
+      if (s.ok() && pre.masks())
+        s = pre.TryProcessMask(src.items[order[k]], &scratch, &c->masks[j], &c->mask_shapes[j]);
     }
     c->Published(2);
     return c;
@@ -144,15 +151,17 @@ Status RunPipeline(const PipelineJob& job, CacheWriter* writer, RejectLog* rejec
       if (s.ok()) {
         const size_t j = k - c->begin;
         if (job.fields) {
-          // Format 2: the image (at its own size, or the fixed one), then
-          // the label or labels, then the targets (BuildFieldSpecs).
+          // Format 2: the image (at its own size, or the fixed one), its
+          // mask, then the label or labels, then the targets
+          // (BuildFieldSpecs).
           const int64_t label = it.label;
-          FieldData fields[3];
+          FieldData fields[4];
           int n = 0;
           if (pre.whole())
             fields[n++] = {pre.recipe_dtype(), c->shapes[j], c->whole[j].data()};
           else
             fields[n++] = {pre.recipe_dtype(), pre.shape(), c->payload.data() + j * record_bytes};
+          if (pre.masks()) fields[n++] = {DType::kUint8, c->mask_shapes[j], c->masks[j].data()};
           if (src.multi_label) {
             Shape ls;
             ls.ndim = 1;
@@ -209,7 +218,7 @@ Status RunPipeline(const PipelineJob& job, CacheWriter* writer, RejectLog* rejec
 }
 
 bool BuildWritesFields(const SourceList& src, const Preprocessing& recipe) {
-  return recipe.whole || src.multi_label || !src.target_names.empty();
+  return recipe.whole || src.multi_label || !src.target_names.empty() || !recipe.masks.empty();
 }
 
 std::vector<FieldSpec> BuildFieldSpecs(const SourceList& src, const Preprocessor& pre,
@@ -222,6 +231,15 @@ std::vector<FieldSpec> BuildFieldSpecs(const SourceList& src, const Preprocessor
   for (int i = 1; i < 3; ++i)
     image.dims[i] = pre.whole() ? FieldSpec::kVariableDim : int64_t{pre.shape().dims[i]};
   std::vector<FieldSpec> out = {image};
+  if (pre.masks()) {  // the image's H x W, class indices
+    FieldSpec mask;
+    mask.name = "mask";
+    mask.dtype = DType::kUint8;
+    mask.ndim = 2;
+    mask.dims[0] = image.dims[1];
+    mask.dims[1] = image.dims[2];
+    out.push_back(mask);
+  }
   FieldSpec label;
   label.dtype = DType::kInt64;
   if (src.multi_label) {

@@ -4,12 +4,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <mutex>
 #include <new>
 
 #include "core/file.h"
+#include "sources_tsv.h"
 
 namespace kiln::ingest {
+
+namespace fs = std::filesystem;
 
 namespace {
 image::ResizeSpec SpecOf(const Preprocessing& r) {
@@ -106,6 +110,37 @@ Status Preprocessor::TryProcessWhole(const std::string& root, const SourceItem& 
                    static_cast<uint32_t>(r.width), 0};
     dst->resize(shape->NumElements() * DTypeSize(recipe_.dtype));
     return image::ToCHW(r, recipe_.dtype, mean_.data(), std_.data(), dst->data());
+  });
+}
+
+Status Preprocessor::TryProcessMask(const SourceItem& item, Scratch* scratch,
+                                    std::vector<uint8_t>* dst, Shape* shape) const {
+  return Guarded([&] {
+    const std::string rel = fs::path(item.rel_path).replace_extension(".png").string();
+    const std::string path = RawName(recipe_.masks) + "/" + rel;
+    std::vector<uint8_t> bytes;
+    const Status read = ReadFileBytes(path, &bytes);
+    if (!read.ok())
+      return read.IsNotFound() ? Status::NotFound("its mask " + path +
+                                                  " is missing (--masks wants a PNG at "
+                                                  "each image's relative path, extension .png)")
+                               : read;
+    KILN_RETURN_IF_ERROR(
+        image::DecodeMask(bytes.data(), bytes.size(), path, recipe_.max_pixels, &scratch->mask));
+    const image::ImageU8& img = scratch->decoded;
+    const int iw = img.source_width > 0 ? img.source_width : img.width;
+    const int ih = img.source_height > 0 ? img.source_height : img.height;
+    if (scratch->mask.width != iw || scratch->mask.height != ih)
+      return Status::InvalidArgument(
+          "its mask " + path + " is " + std::to_string(scratch->mask.width) + "x" +
+          std::to_string(scratch->mask.height) + ", the image " + std::to_string(iw) + "x" +
+          std::to_string(ih) + ": a mask must have its image's size");
+    image::ImageU8 out;
+    KILN_RETURN_IF_ERROR(image::ResizeAndCropNearest(scratch->mask, spec_, &out));
+    shape->ndim = 2;
+    shape->dims = {static_cast<uint32_t>(out.height), static_cast<uint32_t>(out.width), 0, 0};
+    dst->swap(out.pixels);
+    return Status::OK();
   });
 }
 

@@ -28,6 +28,7 @@ class Preprocessor {
   struct Scratch {
     std::vector<uint8_t> bytes;
     image::ImageU8 decoded, resized;
+    image::ImageU8 mask;  // a decoded mask (--masks)
   };
 
   // `recipe` gives geometry, channels, dtype, max_pixels and (for
@@ -67,6 +68,17 @@ class Preprocessor {
   // from below as TryProcess turns them.
   Status TryProcessWhole(const std::string& root, const SourceItem& item, Scratch* scratch,
                          std::vector<uint8_t>* dst, Shape* shape) const;
+
+  // Whether records carry a mask (the recipe's `masks`, kiln build --masks).
+  bool masks() const { return !recipe_.masks.empty(); }
+  // After Resize of `item` (scratch holds its decoded image): its mask -
+  // MASKS/<rel_path with the extension .png>, one 8-bit channel of the
+  // image's source size - resized with nearest neighbour on the image's
+  // geometry (image::ResizeAndCropNearest) into *dst, its shape (H x W)
+  // into *shape. Returns the reason the mask cannot be used (naming it);
+  // exceptions from below as TryProcess turns them.
+  Status TryProcessMask(const SourceItem& item, Scratch* scratch, std::vector<uint8_t>* dst,
+                        Shape* shape) const;
 
   // The record shape for `recipe`: fixed by crop or size; C x 0 x 0 for
   // whole images; otherwise that of the first image of `src` that decodes.

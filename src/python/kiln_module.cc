@@ -169,7 +169,8 @@ class PyLoader {
  public:
   PyLoader(std::shared_ptr<PyCache> cache, const LoaderOptions& options,
            const std::vector<uintptr_t>& data, const std::vector<uintptr_t>& labels,
-           uint64_t slot_bytes, py::object keepalive, const std::vector<uintptr_t>& boxes)
+           uint64_t slot_bytes, py::object keepalive, const std::vector<uintptr_t>& boxes,
+           const std::vector<std::vector<std::pair<uintptr_t, uintptr_t>>>& fields)
       : pid_(getpid()), cache_(std::move(cache)), keepalive_(std::move(keepalive)) {
     CheckSameProcess(cache_->pid(), "the kiln.Cache given to this Loader");
     if (data.empty() || data.size() != labels.size() ||
@@ -182,10 +183,17 @@ class PyLoader {
     if (slot_bytes < need)
       throw std::invalid_argument("kiln.Loader: slots of " + std::to_string(slot_bytes) +
                                   " bytes, a batch needs " + std::to_string(need));
+    if (!fields.empty() && fields.size() != data.size())
+      throw std::invalid_argument("kiln.Loader: need field buffers for every slot");
     std::vector<BatchSlot> slots;
-    for (size_t i = 0; i < data.size(); ++i)
+    for (size_t i = 0; i < data.size(); ++i) {
       slots.push_back({reinterpret_cast<void*>(data[i]), reinterpret_cast<int64_t*>(labels[i]),
                        boxes.empty() ? nullptr : reinterpret_cast<int64_t*>(boxes[i])});
+      if (!fields.empty())
+        for (const auto& [d, l] : fields[i])
+          slots.back().fields.push_back(
+              {reinterpret_cast<void*>(d), reinterpret_cast<int64_t*>(l)});
+    }
     slots_ = slots.size();
     Check(Loader::Open(cache_->reader(), options, std::move(slots), &loader_));
   }
@@ -402,6 +410,31 @@ PYBIND11_MODULE(_kiln, m) {
       py::arg("cache"), py::arg("options"),
       "The element type (a kiln dtype name) of the samples a Loader with these options yields");
   m.def(
+      "loader_fields",
+      [](const std::shared_ptr<PyCache>& cache, const LoaderOptions& o) {
+        std::vector<LoaderField> fields;
+        Check(LoaderFields(cache->reader()->manifest(), o, &fields));
+        py::list out;
+        for (const LoaderField& f : fields) {
+          py::list variable;
+          for (int k = 0; k < f.variable_dims; ++k) variable.append(f.variable[k]);
+          py::dict d;
+          d["name"] = f.name;
+          d["dtype"] = std::string(DTypeName(f.dtype));
+          d["shape"] = ShapeTuple(f.shape);
+          d["variable"] = variable;
+          d["role"] = f.role == LoaderField::kMask    ? "mask"
+                      : f.role == LoaderField::kBoxes ? "boxes"
+                                                      : "plain";
+          d["sample_bytes"] = f.sample_bytes;
+          out.append(d);
+        }
+        return out;
+      },
+      py::arg("cache"), py::arg("options"),
+      "The other fields a Loader with these options delivers (kiln::LoaderFields): name, dtype, "
+      "padded shape, variable dims, role, bytes per sample");
+  m.def(
       "slot_bytes",
       [](const std::shared_ptr<PyCache>& cache, const LoaderOptions& o) {
         uint64_t bytes = 0;
@@ -480,6 +513,19 @@ PYBIND11_MODULE(_kiln, m) {
       .def_property_readonly(
           "manifest_json", [](const PyCache& c) { return ManifestToJson(c.reader()->manifest()); })
       .def("get", &PyCache::Get, py::arg("index"), py::arg("verify") = false)
+      .def_property_readonly("image_field",
+                             [](const PyCache& c) {
+                               const Manifest& m = c.reader()->manifest();
+                               return m.fields.empty() ? std::string("image")
+                                                       : m.fields[m.image_field].name;
+                             })
+      .def_property_readonly("label_field",
+                             [](const PyCache& c) -> py::object {
+                               const Manifest& m = c.reader()->manifest();
+                               if (m.fields.empty()) return py::str("label");
+                               if (m.label_field < 0) return py::none();
+                               return py::str(m.fields[m.label_field].name);
+                             })
       .def_property_readonly("format_version",
                              [](const PyCache& c) { return c.reader()->manifest().format_version; })
       .def_property_readonly("fields",
@@ -560,9 +606,11 @@ PYBIND11_MODULE(_kiln, m) {
   py::class_<PyLoader>(m, "Loader")
       .def(py::init<std::shared_ptr<PyCache>, const LoaderOptions&, const std::vector<uintptr_t>&,
                     const std::vector<uintptr_t>&, uint64_t, py::object,
-                    const std::vector<uintptr_t>&>(),
+                    const std::vector<uintptr_t>&,
+                    const std::vector<std::vector<std::pair<uintptr_t, uintptr_t>>>&>(),
            py::arg("cache"), py::arg("options"), py::arg("data"), py::arg("labels"),
-           py::arg("slot_bytes"), py::arg("keepalive"), py::arg("boxes") = std::vector<uintptr_t>())
+           py::arg("slot_bytes"), py::arg("keepalive"), py::arg("boxes") = std::vector<uintptr_t>(),
+           py::arg("fields") = std::vector<std::vector<std::pair<uintptr_t, uintptr_t>>>())
       .def("set_resolution", &PyLoader::SetResolution, py::arg("crop"))
       .def("start", &PyLoader::Start)
       .def("next", &PyLoader::Next, py::arg("fence") = py::none())
@@ -586,6 +634,9 @@ PYBIND11_MODULE(_kiln, m) {
       .def_property_readonly("batches_per_epoch",
                              [](const PyLoader& l) { return l.loader().batches_per_epoch(); })
       .def(
-          "epoch_order", [](const PyLoader& l, uint64_t e) { return l.loader().EpochOrder(e); },
-          py::arg("epoch"));
+          "epoch_order",
+          [](const PyLoader& l, uint64_t e, uint64_t skip) {
+            return l.loader().EpochOrder(e, skip);
+          },
+          py::arg("epoch"), py::arg("skip") = 0);
 }

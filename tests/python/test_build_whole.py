@@ -159,6 +159,81 @@ def check_csv_labels_and_targets(tmp):
     assert train.returncode != 0 and "no label field" in train.stdout, train.stdout
 
 
+def write_masks(src, root):
+    """A mask per source image, of its size: class indices in bands and a
+    rectangle (values 0..4), saved as mode L PNGs at the same relative paths."""
+    out = {}
+    for path in sources(src):
+        w, h = Image.open(path).size
+        yy, xx = np.mgrid[0:h, 0:w]
+        m = ((xx // 7 + yy // 5) % 4).astype(np.uint8)
+        m[h // 4:h // 2, w // 3:w // 2] = 4
+        rel = os.path.relpath(path, src)
+        dst = os.path.join(root, os.path.splitext(rel)[0] + ".png")
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        Image.fromarray(m, mode="L").save(dst)
+        out[path] = m
+    return out
+
+
+def check_masks_follow_geometry(tmp):
+    """kiln build --masks: each record's "mask" is its PNG resized with
+    nearest neighbour on the image's geometry - torchvision's Resize(S,
+    NEAREST) + CenterCrop(C) for --resize/--crop, PIL's resize(size, NEAREST)
+    to the image's own size for --max-side; a missing or colour mask rejects
+    the record, naming the mask; the loader's RandomResizedCrop takes the
+    mask along."""
+    if not (KILN and PHOTOS):
+        print("  KILN_BIN / KILN_SAMPLE_PHOTOS not set (no kiln build): skipped")
+        return
+    from torchvision import transforms
+    src = png_folder(tmp)
+    masks = write_masks(src, os.path.join(tmp, "masks"))
+    files = sources(src)
+    fixed = build(src, os.path.join(tmp, "fixed"), "--resize", "40", "--crop", "32", "--masks",
+                  os.path.join(tmp, "masks"))
+    assert list(fixed.fields) == ["image", "mask", "label"], fixed.fields
+    assert fixed.fields["mask"] == kiln.Field("uint8", (32, 32))
+    assert fixed.preprocessing["masks"] == os.path.join(tmp, "masks")
+    t = transforms.Compose([transforms.Resize(40, interpolation=transforms.InterpolationMode.NEAREST),
+                            transforms.CenterCrop(32)])
+    for i, path in enumerate(files):
+        want = np.asarray(t(Image.fromarray(masks[path], mode="L")))
+        assert np.array_equal(fixed[i]["mask"], want), path
+    whole = build(src, os.path.join(tmp, "whole"), "--max-side", "64", "--masks",
+                  os.path.join(tmp, "masks"))
+    assert whole.fields["mask"] == kiln.Field("uint8", (None, None))
+    for i, path in enumerate(files):
+        img = whole[i]["image"]
+        want = np.asarray(Image.fromarray(masks[path], mode="L").resize(
+            (img.shape[2], img.shape[1]), Image.NEAREST))
+        assert np.array_equal(whole[i]["mask"], want), path
+    # The loader: the mask gets the image's box and flip.
+    loader = kiln.Loader(whole, batch_size=4, crop=kiln.RandomResizedCrop(24), flip=True)
+    order, k = loader.epoch_order(0), 0
+    for b in loader:
+        for j, box in enumerate(loader.boxes()):
+            t_, l, h, w, f = [int(v) for v in box]
+            m = Image.fromarray(whole[order[k]]["mask"]).crop((l, t_, l + w, t_ + h)).resize(
+                (24, 24), Image.NEAREST)
+            want = np.asarray(m)[:, ::-1] if f else np.asarray(m)
+            assert np.array_equal(b["mask"][j].numpy(), want)
+            k += 1
+    # A missing mask and a colour one: those records are rejected, named.
+    os.remove(os.path.join(tmp, "masks", os.path.relpath(files[0], src)))
+    Image.new("RGB", Image.open(files[1]).size).save(
+        os.path.join(tmp, "masks", os.path.relpath(files[1], src)))
+    out = subprocess.run([KILN, "build", src, os.path.join(tmp, "bad"), "--dtype", "uint8",
+                          "--norm", "imagenet", "--resize", "40", "--crop", "32", "--masks",
+                          os.path.join(tmp, "masks"), "--progress", "none"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert out.returncode == 0, out.stdout
+    with open(os.path.join(tmp, "bad", "rejects.tsv")) as f:
+        rejects = f.read()
+    assert "is missing" in rejects and "one 8-bit channel" in rejects, rejects
+    assert len(kiln.Cache(os.path.join(tmp, "bad"))) == len(files) - 2
+
+
 CHECKS = {name[len("check_"):]: fn for name, fn in globals().items()
           if name.startswith("check_")}
 

@@ -145,9 +145,11 @@ def check_resume_after_kill(tmp):
 
 
 def check_loader_batches_fixed_fields(tmp):
-    """kiln.Loader on a format 2 cache of a fixed image field and a label
-    yields (x, y) as it does for kiln build's caches, equal to cache reads;
-    on a cache whose image size varies it says what it needs."""
+    """kiln.Loader on a format 2 cache of a fixed image field, a label and
+    another field yields dicts: the image and label equal to cache reads, the
+    other field padded with its lengths; without the other field, (x, y) as
+    for kiln build's caches; on a cache whose image size varies it says what
+    it needs."""
     path = os.path.join(tmp, "fixed")
     fields = {"label": kiln.Field("int32", ()), "image": kiln.Field("float16", (3, 8, 6)),
               "note": kiln.Field("uint8", (None,))}
@@ -157,12 +159,24 @@ def check_loader_batches_fixed_fields(tmp):
         for i in range(37):
             w.append({"label": i % 3, "image": images[i], "note": np.zeros(i % 4 + 1, np.uint8)})
     loader = kiln.Loader(path, batch_size=8, shuffle=False, workers=2)
-    xs, ys = [], []
-    for x, y in loader:
-        xs.append(x.numpy().copy())  # the batch's slot is refilled later
-        ys.append(y.numpy().copy())
+    xs, ys, k = [], [], 0
+    for b in loader:
+        xs.append(b["image"].numpy().copy())  # the batch's slot is refilled later
+        ys.append(b["label"].numpy().copy())
+        for j in range(len(b["label"])):
+            n = k % 4 + 1
+            assert int(b["note_lengths"][j]) == n and not b["note"][j].any()
+            assert b["note"].shape[1] == max((k - j + i) % 4 + 1 for i in range(len(b["label"])))
+            k += 1
     assert np.array_equal(np.concatenate(xs), images)
     assert np.concatenate(ys).tolist() == [i % 3 for i in range(37)]
+    plain = os.path.join(tmp, "plain")
+    with kiln.Writer(plain, {"label": fields["label"], "image": fields["image"]},
+                     classes=["a", "b", "c"]) as w:
+        for i in range(37):
+            w.append({"label": i % 3, "image": images[i]})
+    x, y = next(iter(kiln.Loader(plain, batch_size=8, shuffle=False)))
+    assert np.array_equal(x.numpy(), images[:8]) and y.tolist() == [i % 3 for i in range(8)]
     varying = os.path.join(tmp, "varying")
     write(varying, 5)
     expect_raises(ValueError, lambda: kiln.Loader(varying, batch_size=2), "varies in size",

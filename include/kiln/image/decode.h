@@ -65,6 +65,14 @@ struct DecodeOptions {
 Status Decode(const uint8_t* data, size_t size, const std::string& name,
               const DecodeOptions& options, ImageU8* out);
 
+// Decodes a segmentation mask: one 8-bit channel of class indices (a PNG
+// of PIL's mode "L"), kept exactly as stored. Corruption for data that does
+// not decode; InvalidArgument naming `name` for colour, alpha or 16-bit
+// samples (a palette PNG decodes as colours: save masks as mode "L") and
+// for more than max_pixels pixels.
+Status DecodeMask(const uint8_t* data, size_t size, const std::string& name, int64_t max_pixels,
+                  ImageU8* out);
+
 // Reads only the header of a JPEG, PNG, BMP, WebP or TIFF image and stores
 // its width and height (no pixel decode). Returns OK, Corruption for a
 // damaged header, NotSupported for a format it cannot read headers of.

@@ -32,6 +32,13 @@ using kiln::ResizeSpec;
 // mapped onto the smaller image). REQUIRES: &in != out.
 Status ResizeAndCrop(const ImageU8& in, const ResizeSpec& spec, ImageU8* out);
 
+// A segmentation mask's ResizeAndCrop: `in` (one channel, the size of
+// its image's source) resized with nearest neighbour - PIL's
+// resize(size, NEAREST): output pixel x takes input floor((x + 0.5) x in /
+// out) - to the size `spec` plans for it, then centre-cropped as the
+// image is (zeros where the crop pads). REQUIRES: &in != out.
+Status ResizeAndCropNearest(const ImageU8& in, const ResizeSpec& spec, ImageU8* out);
+
 // The record element types (kiln::DType of the cache format).
 using kiln::DType;
 

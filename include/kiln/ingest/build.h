@@ -109,6 +109,11 @@ struct BuildOptions {
   // both (max_side > shorter_side); they exclude crop and size.
   int max_side = 0;
   int shorter_side = 0;
+  // Segmentation masks: a directory of single-channel 8-bit PNGs (class
+  // indices) at each image's relative path with the extension .png, each
+  // resized with nearest neighbour on its image's geometry and stored as the
+  // record's "mask" field (a format 2 cache). "" = none.
+  std::string masks;
   int size_w = 0, size_h = 0;        // squash to W x H instead; 0 = none
   int channels = 3;                  // 1 or 3
   DType dtype = DType::kFloat16;     // float16/float32: normalized; uint8: raw pixels
