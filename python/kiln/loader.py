@@ -131,7 +131,10 @@ class Loader:
     iterator of it), or its epoch ends, or a new iteration starts
     (``iter()``, ``set_epoch``, ``load_state_dict``); then the workers
     refill it and x, y change under you. Dropping the iterator alone does
-    not hand it back, so ``x, y = next(iter(loader))`` stays valid. Keep a
+    not hand it back, so ``x, y = next(iter(loader))`` stays valid - and so
+    does ``next(iter(kiln.Loader(...)))`` of a loader dropped at once: a
+    loader that goes away stops its workers without refilling the batch it
+    handed out last. Keep a
     batch past that with ``x.clone()``, or pass copy=True to get fresh
     tensors (the slot is then handed back at once). With pin_memory=True,
     ``x.cuda(non_blocking=True)`` on the current stream is safe: when you

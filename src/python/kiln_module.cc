@@ -212,8 +212,10 @@ class PyLoader {
       return;
     }
     try {
-      // A copy still reading a slot must finish before the ring goes.
-      HandBack(py::none());
+      // A copy still reading a slot must finish before the ring goes. The
+      // batch handed out last is not handed back: the workers stop without
+      // refilling it, so its tensors stay valid after the loader is gone
+      // (x, y = next(iter(kiln.Loader(...))) with a temporary loader).
       WaitAllPending();
     } catch (const py::error_already_set&) {
     }

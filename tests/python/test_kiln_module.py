@@ -290,8 +290,9 @@ def check_fork_child(tmp):
 
 def check_batch_outlives_iterator(tmp):
     """x, y = next(iter(loader)) stays valid after the iterator is dropped: its
-    slot goes back to the workers only when the next batch is taken. With
-    copy=True the slot goes back at once and is refilled ahead."""
+    slot goes back to the workers only when the next batch is taken (and
+    after the loader itself is dropped, never). With copy=True the slot goes
+    back at once and is refilled ahead."""
     path = synth(tmp, "f16", "float16")
     cache = kiln.Cache(path)
     first = b"".join(cache[i]["image"].tobytes() for i in range(8))
@@ -305,6 +306,12 @@ def check_batch_outlives_iterator(tmp):
         time.sleep(0.01)
     it = iter(loader)  # a new iteration hands it back: the epoch restarts at batch 1
     assert next(it)[0].numpy().tobytes() == second
+    # A temporary loader: its last batch stays valid after the loader is
+    # gone (the workers stop without refilling it).
+    for _ in range(20):
+        x, _ = next(iter(kiln.Loader(path, batch_size=8, workers=2, slots=1, shuffle=False)))
+        gc.collect()
+        assert x.numpy().tobytes() == first, "a dropped loader refilled the batch it handed out"
     copied = kiln.Loader(path, batch_size=8, workers=1, slots=1, shuffle=False, copy=True)
     it = iter(copied)
     x, _ = next(it)
