@@ -1,3 +1,6 @@
+#include "kiln/loader.h"
+
+#include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <cstdlib>
@@ -8,7 +11,6 @@
 #include <utility>
 
 #include "kiln/cache_reader.h"
-#include "kiln/loader.h"
 #include "loader_fixture.h"
 #include "test_util.h"
 
@@ -64,9 +66,9 @@ struct Epoch {
   std::vector<int64_t> labels;
 };
 
-Epoch RunEpoch(Loader* loader, Ring* ring, uint64_t epoch, uint64_t start = 0) {
+Epoch RunEpoch(Loader* loader, Ring* ring, uint64_t epoch, uint64_t start = 0, uint64_t skip = 0) {
   Epoch e;
-  REQUIRE(loader->StartEpoch(epoch, start).ok());
+  REQUIRE(loader->StartEpoch(epoch, start, skip).ok());
   const uint64_t sb = loader->sample_bytes();
   for (;;) {
     Batch b;
@@ -509,4 +511,54 @@ TEST_CASE("SetResolution changes the output size between epochs, up to max_crop"
   CHECK(s.IsInvalidArgument());
   CHECK(s.ToString().find("max_crop") != std::string::npos);
   CHECK(l->sample_shape() == MakeShape({C, 8, 8}));
+}
+
+TEST_CASE("an epoch started after `skip` samples covers the rest once, over any world size",
+          "[loader]") {
+  Fixture f(103, MakeShape({2, 4, 4}));
+  auto txn = f.reader->BeginRead();
+  // Two ranks of batch 4 took 5 batches each: the job consumed the first 40
+  // samples of epoch 1's permutation.
+  std::vector<uint64_t> consumed;
+  uint64_t skip = 0;
+  for (int r = 0; r < 2; ++r) {
+    LoaderOptions o;
+    o.batch_size = 4;
+    o.seed = 3;
+    o.rank = r;
+    o.world_size = 2;
+    Ring ring(2, 4, 32);
+    auto l = MakeLoader(f.reader.get(), o, &ring);
+    const std::vector<uint64_t> order = l->EpochOrder(1);
+    consumed.insert(consumed.end(), order.begin(), order.begin() + 20);
+    skip = l->Consumed(0, 5);
+  }
+  CHECK(skip == 40);
+  // Three ranks of batch 5 go on from there: 63 samples, 21 each.
+  std::vector<uint64_t> rest;
+  for (int r = 0; r < 3; ++r) {
+    LoaderOptions o;
+    o.batch_size = 5;
+    o.seed = 3;
+    o.rank = r;
+    o.world_size = 3;
+    o.shuffle = true;
+    Ring ring(2, 5, 32);
+    auto l = MakeLoader(f.reader.get(), o, &ring);
+    const std::vector<uint64_t> order = l->EpochOrder(1, skip);
+    CHECK(order.size() == 21);
+    Epoch e = RunEpoch(l.get(), &ring, 1, 0, skip);
+    REQUIRE(e.samples.size() == order.size());
+    for (size_t k = 0; k < order.size(); ++k) {
+      RecordView v;
+      REQUIRE(txn->Get(order[k], &v).ok());
+      CHECK(e.samples[k] == std::vector<uint8_t>(v.data, v.data + v.bytes));
+    }
+    CHECK(l->position().consumed == 103);
+    rest.insert(rest.end(), order.begin(), order.end());
+  }
+  std::vector<uint64_t> all = consumed;
+  all.insert(all.end(), rest.begin(), rest.end());
+  std::sort(all.begin(), all.end());
+  for (uint64_t i = 0; i < 103; ++i) REQUIRE(all[i] == i);
 }
