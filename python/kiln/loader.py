@@ -5,6 +5,7 @@ module allocates the ring of batch buffers and iterates."""
 import collections
 import os
 import warnings
+from copy import copy as _shallow_copy  # `copy` is a Loader argument
 
 import numpy as np
 
@@ -253,10 +254,7 @@ class Loader:
         # The other fields (every one but the image and the label), each a
         # flat buffer per slot sized at the largest resolution, and its
         # lengths where a dim varies.
-        o_max = _kiln.LoaderOptions()
-        for k in ("batch_size", "crop", "crop_kind", "resize", "scale", "ratio", "random_flip",
-                  "output_dtype", "max_crop"):
-            setattr(o_max, k, getattr(o, k))
+        o_max = _shallow_copy(o)  # every option, at the largest resolution
         o_max.crop = max(o.crop, o.max_crop)
         self._options = o
         self._extra = []  # (name, data ring, lengths ring or None)

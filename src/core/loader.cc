@@ -67,7 +67,8 @@ class Loader::Impl {
     if (m.count == 0) return Status::InvalidArgument(reader_->dir() + ": the cache is empty");
     KILN_RETURN_IF_ERROR(LoaderOutputShape(m, opt_, &out_shape_));
     KILN_RETURN_IF_ERROR(LoaderOutputDType(m, opt_, &out_dtype_));
-    KILN_RETURN_IF_ERROR(LoaderSlotBytes(m, opt_, &slot_bytes_));
+    uint64_t slot_bytes = 0;  // the caller's to allocate; checks max_crop against crop
+    KILN_RETURN_IF_ERROR(LoaderSlotBytes(m, opt_, &slot_bytes));
     elem_ = DTypeSize(m.dtype);
     in_shape_ = m.shape;
     crop_ = opt_.crop;
@@ -554,7 +555,6 @@ class Loader::Impl {
   Shape in_shape_, out_shape_;
   DType out_dtype_ = DType::kUint8;
   uint32_t crop_ = 0, max_crop_ = 0;  // the output size now, and the largest the slots take
-  uint64_t slot_bytes_ = 0;
   // Per worker, when samples are resampled or converted.
   std::vector<std::unique_ptr<internal::SampleWriter>> writers_;
   // The other fields, when the slots take them, and per worker their writer.

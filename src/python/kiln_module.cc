@@ -543,6 +543,7 @@ PYBIND11_MODULE(_kiln, m) {
 
   py::class_<LoaderOptions>(m, "LoaderOptions")
       .def(py::init<>())
+      .def("__copy__", [](const LoaderOptions& o) { return o; })
       .def_readwrite("batch_size", &LoaderOptions::batch_size)
       .def_readwrite("workers", &LoaderOptions::workers)
       .def_readwrite("shuffle", &LoaderOptions::shuffle)
