@@ -113,8 +113,12 @@ Status RemoveManifest(const std::string& dir);
 // A replacement for one record of a finished cache.
 struct RecordFix {
   uint64_t index = 0;
+  // Format 1: the label and the manifest's shape x dtype payload bytes.
   int64_t label = -1;
-  const void* payload = nullptr;  // the manifest's shape x dtype bytes
+  const void* payload = nullptr;
+  // Format 2: every field of the record, in the manifest's order (the
+  // data must outlive RewriteRecords).
+  std::vector<FieldData> fields;
 };
 
 // Rewrites the given records of the finished cache in DIR in place (under
@@ -123,9 +127,9 @@ struct RecordFix {
 // manifest's `layout`: the bytes of a fresh build), and the manifest's sizes and
 // digests are recomputed, through the usual temp file + rename. Records not
 // listed are not touched. Returns InvalidArgument for an index outside the
-// cache, IOError when the cache is in use.
+// cache or a format 2 fix whose fields do not fit the manifest's (naming
+// the record and the field), IOError when the cache is in use.
 Status RewriteRecords(const std::string& dir, const std::vector<RecordFix>& fixes);
-
 
 }  // namespace kiln
 

@@ -43,6 +43,9 @@ struct SourceRecipe {
   std::string list_file;  // absolute path of the list file; "" for an ImageFolder
   uint64_t files = 0;     // sources of the split, all parts together
   std::string digest;     // SourceDigest of the whole source list (16 hex digits)
+  // With --masks: MasksDigest of the mask files (16 hex digits); recorded
+  // only then ("masks_digest").
+  std::string masks_digest;
   // Folders or files the build could not list or read for --norm auto's
   // statistics, for a cause outside them (permission denied, an I/O
   // error): the next build with the same arguments tries them again. 0 (and

@@ -147,6 +147,37 @@ Status DigestOfShard(const LmdbEnv& env, std::string* digest) {
   return Status::OK();
 }
 
+// Whether the n fields of record `index` fit the declared `specs` (and,
+// with `within_max`, the largest sizes the specs record): InvalidArgument
+// naming the record and the field otherwise.
+Status CheckFieldsFit(const std::vector<FieldSpec>& specs, uint64_t index, const FieldData* fields,
+                      int n, bool within_max = false) {
+  if (n != static_cast<int>(specs.size()))
+    return Status::InvalidArgument("record " + std::to_string(index) + " has " + std::to_string(n) +
+                                   " fields, the cache declares " + std::to_string(specs.size()));
+  for (int f = 0; f < n; ++f) {
+    const FieldSpec& spec = specs[f];
+    const FieldData& d = fields[f];
+    uint64_t elements = 1;
+    bool bounded = d.shape.ndim >= 0 && d.shape.ndim <= kMaxDims;
+    for (int i = 0; bounded && i < d.shape.ndim; ++i) {
+      // A dim may be 0 (an empty field: no boxes in this image).
+      bounded = d.shape.dims[i] == 0 || elements <= kMaxRecordElements / d.shape.dims[i];
+      if (bounded) elements *= d.shape.dims[i];
+      if (within_max) bounded = bounded && d.shape.dims[i] <= spec.max_dims[i];
+    }
+    if (!bounded || !spec.Admits(d.dtype, d.shape))
+      return Status::InvalidArgument(
+          "record " + std::to_string(index) + ", field '" + spec.name + "': " + DTypeName(d.dtype) +
+          " " + d.shape.ToString() + " does not fit its declaration " + DTypeName(spec.dtype) +
+          " " + spec.ShapeText() + (within_max ? " within the sizes the cache records" : ""));
+    if (d.data == nullptr && elements > 0)
+      return Status::InvalidArgument("record " + std::to_string(index) + ", field '" + spec.name +
+                                     "': no data");
+  }
+  return Status::OK();
+}
+
 bool Exists(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0;
@@ -316,29 +347,7 @@ class CacheWriter::Impl {
     if (index != next_)
       return Status::InvalidArgument("record " + std::to_string(index) +
                                      " appended out of order; expected " + std::to_string(next_));
-    if (n != static_cast<int>(opt_.fields.size()))
-      return Status::InvalidArgument("record " + std::to_string(index) + " has " +
-                                     std::to_string(n) + " fields, the cache declares " +
-                                     std::to_string(opt_.fields.size()));
-    for (int f = 0; f < n; ++f) {
-      const FieldSpec& spec = opt_.fields[f];
-      const FieldData& d = fields[f];
-      uint64_t elements = 1;
-      bool bounded = d.shape.ndim >= 0 && d.shape.ndim <= kMaxDims;
-      for (int i = 0; bounded && i < d.shape.ndim; ++i) {
-        // A dim may be 0 (an empty field: no boxes in this image).
-        bounded = d.shape.dims[i] == 0 || elements <= kMaxRecordElements / d.shape.dims[i];
-        if (bounded) elements *= d.shape.dims[i];
-      }
-      if (!bounded || !spec.Admits(d.dtype, d.shape))
-        return Status::InvalidArgument("record " + std::to_string(index) + ", field '" + spec.name +
-                                       "': " + DTypeName(d.dtype) + " " + d.shape.ToString() +
-                                       " does not fit its declaration " + DTypeName(spec.dtype) +
-                                       " " + spec.ShapeText());
-      if (d.data == nullptr && elements > 0)
-        return Status::InvalidArgument("record " + std::to_string(index) + ", field '" + spec.name +
-                                       "': no data");
-    }
+    KILN_RETURN_IF_ERROR(CheckFieldsFit(opt_.fields, index, fields, n));
     const uint64_t size = RecordV2Size(fields, n);
     if (shard_bytes_ > 0 && shard_bytes_ + size > opt_.shard_size) {
       KILN_RETURN_IF_ERROR(RollOver());
@@ -550,18 +559,19 @@ Status RewriteRecords(const std::string& dir, const std::vector<RecordFix>& fixe
   KILN_RETURN_IF_ERROR(DirLock::Acquire(dir, &lock));
   Manifest m;
   KILN_RETURN_IF_ERROR(ReadManifest(dir, &m));
-  const uint64_t bytes = m.shape.NumElements() * DTypeSize(m.dtype);
-  if (m.format_version == kFormatVersion2)
-    return Status::NotSupported(dir +
-                                ": rewriting records of a format 2 cache is not supported "
-                                "yet; write it again");
-  if (m.commit_records == 0 || m.initial_map_size == 0)
+  const bool v2 = m.format_version == kFormatVersion2;
+  const uint64_t bytes = v2 ? 0 : m.shape.NumElements() * DTypeSize(m.dtype);
+  if ((v2 ? m.commit_bytes : m.commit_records) == 0 || m.initial_map_size == 0)
     return Status::NotSupported(dir + ": the manifest does not record the writer's layout (a cache "
                                 "from an older kiln); rebuild it instead of repairing");
   std::vector<std::vector<const RecordFix*>> by_shard(m.shards.size());
   for (const RecordFix& f : fixes) {
     const int s = m.ShardFor(f.index);
     if (s < 0) return Status::InvalidArgument("record " + std::to_string(f.index) + " is outside " + dir);
+    if (v2)
+      KILN_RETURN_IF_ERROR(CheckFieldsFit(m.fields, f.index, f.fields.data(),
+                                          static_cast<int>(f.fields.size()), /*within_max=*/true)
+                               .WithContext(dir));
     by_shard[s].push_back(&f);
   }
   std::vector<uint8_t> value(kRecordHeaderSize + bytes);
@@ -580,9 +590,17 @@ Status RewriteRecords(const std::string& dir, const std::vector<RecordFix>& fixe
     LmdbTxn rd;
     KILN_RETURN_IF_ERROR(rd.Begin(old_env, true));
     Status st = WriteShardCanonically(
-        fresh_path, m.initial_map_size, m.commit_records, info.first, info.count,
+        fresh_path, m.initial_map_size, v2 ? 0 : m.commit_records, info.first, info.count,
         [&](uint64_t i, MDB_val* v) -> Status {
           auto f = fix.find(i);
+          if (f != fix.end() && v2) {
+            const RecordFix& r = *f->second;
+            const int n = static_cast<int>(r.fields.size());
+            value.resize(RecordV2Size(r.fields.data(), n));
+            EncodeRecordV2(i, r.fields.data(), n, value.data());
+            *v = MDB_val{value.size(), value.data()};
+            return Status::OK();
+          }
           if (f != fix.end()) {
             std::memcpy(value.data() + kRecordHeaderSize, f->second->payload, bytes);
             EncodeRecordHeader(i, m.dtype, m.shape, f->second->label,
@@ -598,7 +616,8 @@ Status RewriteRecords(const std::string& dir, const std::vector<RecordFix>& fixe
             return Status::Corruption(path + ": record " + std::to_string(i) +
                                       " is missing and no fix was given for it");
           return LmdbStatus(rc, path);
-        });
+        },
+        m.commit_bytes);
     rd.Abort();
     old_env.Close();
     KILN_RETURN_IF_ERROR(st);

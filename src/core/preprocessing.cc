@@ -40,6 +40,7 @@ json ToJsonValue(const Preprocessing& p) {
                  {"digest", p.source.digest}};
   if (!p.source.list_file.empty()) j["source"]["list_file"] = p.source.list_file;
   if (p.source.unreadable > 0) j["source"]["unreadable"] = p.source.unreadable;
+  if (!p.source.masks_digest.empty()) j["source"]["masks_digest"] = p.source.masks_digest;
   if (p.part_index >= 0) j["part"] = {{"index", p.part_index}, {"of", p.part_count}};
   j["resize"] = p.resize;
   j["crop"] = p.crop;
@@ -112,6 +113,7 @@ Status Preprocessing::FromJson(const std::string& text, const std::string& where
       KILN_RETURN_IF_ERROR(JsonInteger(s.at("files"), where, "source.files", &p.source.files));
       p.source.digest = s.at("digest").get<std::string>();
       p.source.list_file = s.value("list_file", std::string());
+      p.source.masks_digest = s.value("masks_digest", std::string());
       if (s.contains("unreadable"))
         KILN_RETURN_IF_ERROR(
             JsonInteger(s.at("unreadable"), where, "source.unreadable", &p.source.unreadable));

@@ -100,10 +100,6 @@ class Builder {
       return Status::Corruption(src_.rejected[0].path + ": " + src_.rejected[0].reason +
                                 " (rejected under --strict: fix it, or build without --strict)");
     recipe_ = BaseRecipe();
-    if (opt_.num_parts > 1 && BuildWritesFields(src_, recipe_))
-      return Status::NotSupported(
-          "--num-parts with whole images (--max-side/--shorter-side), --masks or a CSV of several "
-          "labels or float targets is not supported yet (kiln merge joins format 1 parts only)");
     KILN_RETURN_IF_ERROR(Preprocessor::PlanShape(recipe_, src_, &shape_));
     KILN_RETURN_IF_ERROR(ChooseNormalization());
     std::vector<Plan> plans = MakePlans();
@@ -127,8 +123,9 @@ class Builder {
     const Preprocessor pre(recipe_, shape_);
     for (Plan& p : plans) {
       const Preprocessing recipe = RecipeOf(p);
-      KILN_RETURN_IF_ERROR(opt_.repair ? RepairCache(p.dir, recipe, pre, opt_.threads, info_, res_)
-                                       : BuildOne(p, recipe, pre));
+      KILN_RETURN_IF_ERROR(opt_.repair
+                               ? RepairCache(p.dir, src_, recipe, pre, opt_.threads, info_, res_)
+                               : BuildOne(p, recipe, pre));
     }
     // Duplicates need every record of every split: a part's are found by kiln merge.
     if (opt_.repair || opt_.num_parts > 1) return Status::OK();
@@ -180,8 +177,11 @@ class Builder {
     r.crop = opt_.crop;
     r.whole = opt_.max_side > 0 || opt_.shorter_side > 0;
     r.max_side = opt_.max_side;
-    if (!opt_.masks.empty())
-      r.masks = EscapeName(fs::absolute(opt_.masks).lexically_normal().string());
+    if (!opt_.masks.empty()) {
+      const std::string masks = fs::absolute(opt_.masks).lexically_normal().string();
+      r.masks = EscapeName(masks);
+      r.source.masks_digest = MasksDigest(src_, masks);
+    }
     r.size_w = opt_.size_w;
     r.size_h = opt_.size_h;
     r.channels = opt_.channels;

@@ -68,6 +68,12 @@ Status Reindex(Part* p, uint64_t first, const std::string& tmp) {
   wo.dtype = p->m.dtype;
   wo.shape = p->m.shape;
   wo.first_index = first;
+  const bool v2 = p->m.format_version == kFormatVersion2;
+  if (v2) {
+    wo.fields = p->m.fields;
+    if (p->m.label_field >= 0) wo.label_field = p->m.fields[p->m.label_field].name;
+    wo.commit_bytes = p->m.commit_bytes;
+  }
   uint64_t bytes = 0;
   for (const ShardInfo& s : p->m.shards) bytes = std::max(bytes, s.bytes);
   wo.shard_size = std::max<uint64_t>(bytes, 1);
@@ -82,7 +88,14 @@ Status Reindex(Part* p, uint64_t first, const std::string& tmp) {
     RecordView v;
     KILN_RETURN_IF_ERROR(txn->Get(p->m.first_index + i, &v, /*verify_checksum=*/true));
     ahead.Reached(v.data);
-    KILN_RETURN_IF_ERROR(writer->Append(first + i, v.label, v.data));
+    if (v2) {
+      FieldData fields[kMaxFields];
+      for (int f = 0; f < v.num_fields; ++f)
+        fields[f] = {v.fields[f].dtype, v.fields[f].shape, v.fields[f].data};
+      KILN_RETURN_IF_ERROR(writer->AppendFields(first + i, fields, v.num_fields));
+    } else {
+      KILN_RETURN_IF_ERROR(writer->Append(first + i, v.label, v.data));
+    }
     txn->Reset();
   }
   Manifest m = p->m;
@@ -193,6 +206,18 @@ Status MergeOne(const std::string& out, std::vector<std::string> dirs, bool keep
   // build): --repair rewrites a shard of the merged cache the same way.
   merged.initial_map_size = parts[0].m.initial_map_size;
   merged.commit_records = parts[0].m.commit_records;
+  // Format 2: the parts' fields, each dim's largest size the largest any
+  // part saw.
+  merged.format_version = parts[0].m.format_version;
+  merged.fields = parts[0].m.fields;
+  for (const Part& p : parts)
+    for (size_t f = 0; f < merged.fields.size() && f < p.m.fields.size(); ++f)
+      for (int i = 0; i < kMaxDims; ++i)
+        merged.fields[f].max_dims[i] =
+            std::max(merged.fields[f].max_dims[i], p.m.fields[f].max_dims[i]);
+  merged.image_field = parts[0].m.image_field;
+  merged.label_field = parts[0].m.label_field;
+  merged.commit_bytes = parts[0].m.commit_bytes;
   merged.kiln_version = KilnVersion();
   merged.count = next;
   int k = 0;

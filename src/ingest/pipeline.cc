@@ -151,31 +151,13 @@ Status RunPipeline(const PipelineJob& job, CacheWriter* writer, RejectLog* rejec
       if (s.ok()) {
         const size_t j = k - c->begin;
         if (job.fields) {
-          // Format 2: the image (at its own size, or the fixed one), its
-          // mask, then the label or labels, then the targets
-          // (BuildFieldSpecs).
-          const int64_t label = it.label;
-          FieldData fields[4];
-          int n = 0;
-          if (pre.whole())
-            fields[n++] = {pre.recipe_dtype(), c->shapes[j], c->whole[j].data()};
-          else
-            fields[n++] = {pre.recipe_dtype(), pre.shape(), c->payload.data() + j * record_bytes};
-          if (pre.masks()) fields[n++] = {DType::kUint8, c->mask_shapes[j], c->masks[j].data()};
-          if (src.multi_label) {
-            Shape ls;
-            ls.ndim = 1;
-            ls.dims[0] = static_cast<uint32_t>(it.labels.size());
-            fields[n++] = {DType::kInt64, ls, it.labels.data()};
-          } else {
-            fields[n++] = {DType::kInt64, Shape{}, &label};
-          }
-          if (!src.target_names.empty()) {
-            Shape ts;
-            ts.ndim = 1;
-            ts.dims[0] = static_cast<uint32_t>(it.targets.size());
-            fields[n++] = {DType::kFloat32, ts, it.targets.data()};
-          }
+          const FieldData image =
+              pre.whole() ? FieldData{pre.recipe_dtype(), c->shapes[j], c->whole[j].data()}
+                          : FieldData{pre.recipe_dtype(), pre.shape(),
+                                      c->payload.data() + j * record_bytes};
+          FieldData fields[kMaxBuildFields];
+          const int n = BuildRecordFields(
+              src, pre, it, image, {DType::kUint8, c->mask_shapes[j], c->masks[j].data()}, fields);
           failure = writer->AppendFields(writer->next_index(), fields, n);
           if (failure.ok()) counts->bytes += pre.whole() ? c->whole[j].size() : record_bytes;
         } else {
@@ -215,6 +197,46 @@ Status RunPipeline(const PipelineJob& job, CacheWriter* writer, RejectLog* rejec
   (void)read_calls.load(std::memory_order_acquire);
   (void)write_calls.load(std::memory_order_acquire);
   return failure;
+}
+
+int BuildRecordFields(const SourceList& src, const Preprocessor& pre, const SourceItem& it,
+                      const FieldData& image, const FieldData& mask, FieldData* out) {
+  int n = 0;
+  out[n++] = image;
+  if (pre.masks()) out[n++] = mask;
+  if (src.multi_label) {
+    Shape ls;
+    ls.ndim = 1;
+    ls.dims[0] = static_cast<uint32_t>(it.labels.size());
+    out[n++] = {DType::kInt64, ls, it.labels.data()};
+  } else {
+    out[n++] = {DType::kInt64, Shape{}, &it.label};
+  }
+  if (!src.target_names.empty()) {
+    Shape ts;
+    ts.ndim = 1;
+    ts.dims[0] = static_cast<uint32_t>(it.targets.size());
+    out[n++] = {DType::kFloat32, ts, it.targets.data()};
+  }
+  return n;
+}
+
+Status RemakeRecord(const SourceList& src, const Preprocessor& pre, const SourceItem& item,
+                    Preprocessor::Scratch* scratch, RemadeRecord* out) {
+  if (pre.whole()) {
+    KILN_RETURN_IF_ERROR(
+        pre.TryProcessWhole(src.root, item, scratch, &out->image, &out->image_shape));
+  } else {
+    out->image.resize(pre.record_bytes());
+    out->image_shape = pre.shape();
+    KILN_RETURN_IF_ERROR(pre.TryProcess(src.root, item, scratch, out->image.data()));
+  }
+  if (pre.masks())
+    KILN_RETURN_IF_ERROR(pre.TryProcessMask(item, scratch, &out->mask, &out->mask_shape));
+  out->num_fields =
+      BuildRecordFields(src, pre, item, {pre.recipe_dtype(), out->image_shape, out->image.data()},
+                        {DType::kUint8, out->mask_shape, out->mask.data()}, out->fields);
+  return Status::OK();
 }
 
 bool BuildWritesFields(const SourceList& src, const Preprocessing& recipe) {

@@ -39,6 +39,29 @@ struct PipelineJob {
 // *label_field ("label", or "" for several labels).
 std::vector<FieldSpec> BuildFieldSpecs(const SourceList& src, const Preprocessor& pre,
                                        std::string* label_field);
+// The most fields BuildFieldSpecs declares.
+inline constexpr int kMaxBuildFields = 4;
+// The format 2 record of source `it`, in BuildFieldSpecs's order, into
+// out[0..n): `image` (its payload and shape), `mask` when the build has
+// masks (ignored otherwise), the label or labels, the targets. Returns n.
+// The data point into `it`, `image` and `mask`, which must outlive them.
+int BuildRecordFields(const SourceList& src, const Preprocessor& pre, const SourceItem& it,
+                      const FieldData& image, const FieldData& mask, FieldData* out);
+// One source made into its format 2 record again, outside the pipeline
+// (--repair, verify --level deep): the buffers the fields point into.
+struct RemadeRecord {
+  std::vector<uint8_t> image, mask;
+  Shape image_shape, mask_shape;
+  FieldData fields[kMaxBuildFields];
+  int num_fields = 0;
+};
+// Processes `item` of `src` as the pipeline does - the image (whole or
+// fixed), its mask when the build has masks - and sets out->fields by
+// BuildRecordFields. Returns why the source cannot be made into a record,
+// as the preprocessor says it. `out` must not move while its fields are
+// used.
+Status RemakeRecord(const SourceList& src, const Preprocessor& pre, const SourceItem& item,
+                    Preprocessor::Scratch* scratch, RemadeRecord* out);
 // Whether kiln build writes format 2 for these sources and recipe: whole
 // images, or a CSV of several labels or float targets.
 bool BuildWritesFields(const SourceList& src, const Preprocessing& recipe);

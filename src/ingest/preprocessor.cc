@@ -116,7 +116,7 @@ Status Preprocessor::TryProcessWhole(const std::string& root, const SourceItem& 
 Status Preprocessor::TryProcessMask(const SourceItem& item, Scratch* scratch,
                                     std::vector<uint8_t>* dst, Shape* shape) const {
   return Guarded([&] {
-    const std::string rel = fs::path(item.rel_path).replace_extension(".png").string();
+    const std::string rel = MaskRelPath(item.rel_path);
     const std::string path = RawName(recipe_.masks) + "/" + rel;
     std::vector<uint8_t> bytes;
     const Status read = ReadFileBytes(path, &bytes);

@@ -1,19 +1,21 @@
 #include "repair.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 
+#include "core/escape.h"
 #include "kiln/cache_layout.h"
 #include "kiln/cache_writer.h"
-#include "core/escape.h"
 #include "kiln/manifest.h"
 #include "kiln/verify.h"
+#include "pipeline.h"
 #include "sources_tsv.h"
 
 namespace kiln::ingest {
 
-Status RepairCache(const std::string& dir, const Preprocessing& recipe, const Preprocessor& pre,
-                   int threads, const InfoFn& info, BuildResult* res) {
+Status RepairCache(const std::string& dir, const SourceList& src, const Preprocessing& recipe,
+                   const Preprocessor& pre, int threads, const InfoFn& info, BuildResult* res) {
   res->caches.push_back(dir);
   Manifest m;
   Status s = ReadManifest(dir, &m);
@@ -21,13 +23,6 @@ Status RepairCache(const std::string& dir, const Preprocessing& recipe, const Pr
     return Status::InvalidArgument(s.message() +
                                    "; --repair needs a finished cache (run the "
                                    "build without --repair to resume or rebuild it)");
-  // Records are rewritten in the format 1 layout only (RewriteRecords):
-  // refused before anything is verified or reprocessed.
-  if (m.format_version != kFormatVersion)
-    return Status::NotSupported(dir +
-                                ": --repair of a format 2 cache (whole images, several "
-                                "labels or float targets) is not supported yet: rebuild it with "
-                                "--force");
   if (m.preprocessing != recipe)
     return Status::InvalidArgument(dir +
                                    ": --repair needs the original build's sources and "
@@ -62,21 +57,44 @@ Status RepairCache(const std::string& dir, const Preprocessing& recipe, const Pr
   std::map<int64_t, const RecordedSource*> by_record;
   for (const auto& r : recorded)
     if (r.record >= 0) by_record[r.record] = &r;
-  std::vector<std::vector<uint8_t>> payloads;
+  // Format 2: every field made again as the build made it
+  // (BuildRecordFields), from the listing's item - it holds the labels and
+  // targets of a CSV, which sources.tsv does not.
+  const bool v2 = m.format_version == kFormatVersion2;
+  std::vector<RemadeRecord> made(bad.size());
   std::vector<RecordFix> fixes;
-  payloads.reserve(bad.size());
   Preprocessor::Scratch scratch;
   for (uint64_t idx : bad) {
     auto it = by_record.find(static_cast<int64_t>(idx));
     if (it == by_record.end())
       return Status::Corruption(dir + ": record " + std::to_string(idx) +
                                 " has no source in sources.tsv; rebuild with --force");
-    const SourceItem& item = it->second->item;
-    payloads.emplace_back(pre.record_bytes());
-    KILN_RETURN_IF_ERROR(pre.Process(RawName(recipe.source.root), item, &scratch, payloads.back().data())
-                             .WithContext("repairing record " + std::to_string(idx) + " from " +
-                                          recipe.source.root + "/" + EscapeName(item.rel_path)));
-    fixes.push_back({idx, item.label, payloads.back().data()});
+    const SourceItem* item = &it->second->item;
+    const std::string where = "repairing record " + std::to_string(idx) + " from " +
+                              recipe.source.root + "/" + EscapeName(item->rel_path);
+    RemadeRecord& out = made[fixes.size()];
+    RecordFix fix;
+    fix.index = idx;
+    if (v2) {
+      auto listed = std::lower_bound(
+          src.items.begin(), src.items.end(), item->rel_path,
+          [](const SourceItem& a, const std::string& path) { return a.rel_path < path; });
+      if (listed == src.items.end() || listed->rel_path != item->rel_path)
+        return Status::Corruption(dir + ": record " + std::to_string(idx) + "'s source " +
+                                  EscapeName(item->rel_path) +
+                                  " is no longer listed; rebuild with --force");
+      item = &*listed;
+      KILN_RETURN_IF_ERROR(RemakeRecord(src, pre, *item, &scratch, &out).WithContext(where));
+      fix.fields.assign(out.fields, out.fields + out.num_fields);
+    } else {
+      out.image.resize(pre.record_bytes());
+      KILN_RETURN_IF_ERROR(
+          pre.Process(RawName(recipe.source.root), *item, &scratch, out.image.data())
+              .WithContext(where));
+      fix.label = item->label;
+      fix.payload = out.image.data();
+    }
+    fixes.push_back(std::move(fix));
   }
   KILN_RETURN_IF_ERROR(RewriteRecords(dir, fixes));
   KILN_RETURN_IF_ERROR(VerifyCache(dir, vo, &rep));

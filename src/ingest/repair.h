@@ -12,12 +12,14 @@
 
 namespace kiln::ingest {
 
-// Repairs the cache in DIR, which `recipe` must have made (the recipe of
-// this build's arguments: InvalidArgument saying what differs otherwise).
+// Repairs the cache in DIR, which `recipe` must have made from `src` (the
+// recipe of this build's arguments and listing: InvalidArgument saying
+// what differs otherwise). A format 2 record is made again with every
+// field, its labels and targets taken from `src`.
 // Corruption when the damage is not record by record (a shard missing,
 // a record outside its shard, no source recorded): rebuild with --force.
-Status RepairCache(const std::string& dir, const Preprocessing& recipe, const Preprocessor& pre,
-                   int threads, const InfoFn& info, BuildResult* result);
+Status RepairCache(const std::string& dir, const SourceList& src, const Preprocessing& recipe,
+                   const Preprocessor& pre, int threads, const InfoFn& info, BuildResult* result);
 
 }  // namespace kiln::ingest
 

@@ -477,6 +477,30 @@ Status ParseSourceList(std::istream& in, const std::string& list_path, const std
   return Status::OK();
 }
 
+std::string MaskRelPath(const std::string& rel_path) {
+  return fs::path(rel_path).replace_extension(".png").string();
+}
+
+std::string MasksDigest(const SourceList& list, const std::string& masks_dir) {
+  XXH3_state_t st;
+  XXH3_INITSTATE(&st);
+  XXH3_64bits_reset(&st);
+  for (const SourceItem& it : list.items) {
+    const std::string rel = MaskRelPath(it.rel_path);
+    struct stat s;
+    std::string line = EscapeName(rel) + "\t";
+    if (::stat((masks_dir + "/" + rel).c_str(), &s) == 0)
+      line +=
+          std::to_string(s.st_size) + "\t" +
+          std::to_string(static_cast<int64_t>(s.st_mtim.tv_sec) * 1000000000 + s.st_mtim.tv_nsec);
+    else
+      line += "-";
+    line += "\n";
+    XXH3_64bits_update(&st, line.data(), line.size());
+  }
+  return DigestHex(XXH3_64bits_digest(&st));
+}
+
 std::string SourceDigest(const SourceList& list) {
   XXH3_state_t st;
   // A stack state must be initialized before reset (xxhash.h: XXH3_INITSTATE).

@@ -6,13 +6,14 @@
 #include <map>
 #include <set>
 
+#include "core/escape.h"
 #include "kiln/cache_layout.h"
 #include "kiln/cache_reader.h"
-#include "core/escape.h"
 #include "kiln/ingest/build.h"
 #include "kiln/manifest.h"
 #include "kiln/shuffle.h"
 #include "kiln/verify.h"
+#include "pipeline.h"
 #include "preprocessor.h"
 #include "sources_tsv.h"
 
@@ -31,6 +32,22 @@ Status ParseSourceCheck(const std::string& name, SourceCheck* out) {
       return Status::OK();
     }
   return Status::InvalidArgument("unknown source check '" + name + "' (expected sources or deep)");
+}
+
+// The name of the first field of record `v` that differs from `made`
+// (dtype, shape or bytes); "" when they are equal.
+static std::string FirstFieldDifference(const Manifest& m, const RecordView& v,
+                                        const RemadeRecord& made) {
+  for (int f = 0; f < v.num_fields; ++f) {
+    if (f >= made.num_fields) return m.fields[f].name;
+    const FieldView& have = v.fields[f];
+    const FieldData& want = made.fields[f];
+    const uint64_t bytes = FieldElements(want.shape) * DTypeSize(want.dtype);
+    if (have.dtype != want.dtype || have.shape != want.shape || have.bytes != bytes ||
+        (bytes > 0 && std::memcmp(have.data, want.data, bytes) != 0))
+      return m.fields[f].name;
+  }
+  return made.num_fields > v.num_fields ? "field count" : "";
 }
 
 Status VerifyWithSources(const std::string& dir, const VerifyOptions& options, SourceCheck check,
@@ -99,6 +116,11 @@ Status VerifyWithSources(const std::string& dir, const VerifyOptions& options, S
     if (!seen.count(r.item.rel_path))
       problem(r.record, r.item.rel_path,
               "source file removed since the build (the cache is stale)");
+  // --masks: the mask files as a whole (sources.tsv lists only the images).
+  const std::string& masks_digest = m.preprocessing.source.masks_digest;
+  if (!masks_digest.empty() && MasksDigest(now, RawName(m.preprocessing.masks)) != masks_digest)
+    problem(-1, m.preprocessing.masks,
+            "mask files added, removed or changed since the build (the cache is stale)");
 
   if (check == SourceCheck::kDeep && !by_record.empty()) {
     std::vector<int64_t> all;
@@ -111,10 +133,31 @@ Status VerifyWithSources(const std::string& dir, const VerifyOptions& options, S
       auto txn = reader->BeginRead();
       std::vector<uint8_t> buf(pre.record_bytes());
       Preprocessor::Scratch scratch;
+      RemadeRecord made;
       for (int64_t rec : records) {
         const SourceItem& it = by_record[rec]->item;
         RecordView v;
         if (!txn->Get(static_cast<uint64_t>(rec), &v).ok()) continue;  // reported by full
+        if (m.format_version == kFormatVersion2) {
+          // Every field, made as the build made it, from today's listing
+          // (a CSV's labels and targets are not in sources.tsv).
+          auto listed = std::lower_bound(
+              now.items.begin(), now.items.end(), it.rel_path,
+              [](const SourceItem& a, const std::string& path) { return a.rel_path < path; });
+          if (listed == now.items.end() || listed->rel_path != it.rel_path) continue;  // removed
+          Status ps = RemakeRecord(now, pre, *listed, &scratch, &made);
+          if (!ps.ok()) {
+            problem(rec, it.rel_path, "cannot preprocess the source again: " + ps.message());
+            continue;
+          }
+          const std::string differs = FirstFieldDifference(m, v, made);
+          if (!differs.empty())
+            problem(rec, it.rel_path,
+                    "preprocessing the source again gives a different '" + differs +
+                        "' than the record",
+                    Kind::kRecord);
+          continue;
+        }
         Shape shape = v.shape;
         Status ps = pre.whole() ? pre.TryProcessWhole(RawName(m.preprocessing.source.root), it,
                                                       &scratch, &buf, &shape)

@@ -9,6 +9,8 @@
 #include <thread>
 
 #include "ingest_test_util.h"
+#include "kiln/image/decode.h"
+#include "kiln/image/render.h"
 
 using namespace kiln;
 using namespace kiln::testing;
@@ -22,17 +24,14 @@ int StartKiln(std::vector<std::string> args) {
   return StartProcess(args);
 }
 
-}  // namespace
-
-TEST_CASE("kiln build killed at 20 seeded random moments resumes to identical bytes",
-          "[build][kill]") {
-  TempDir src, ref, out;
-  MakePhotoFolder(src.path(), 40);  // 280 JPEGs
-  const std::vector<std::string> flags = {"--resize", "64",   "--crop",      "56",  "--dtype",
-                                          "float32",  "--threads", "1", "--shard-size", "4M",
-                                          "--progress", "none"};
+// Builds SRC with `flags` into a reference and, killed 20 times, into
+// another folder; the two must end with the same bytes.
+void KillAndResume(const std::string& src_dir, const std::vector<std::string>& flags,
+                   uint64_t seed) {
+  TempDir ref, out;
+  const std::string src = src_dir;
   auto args = [&](const std::string& dir) {
-    std::vector<std::string> a = {"build", src.path(), dir};
+    std::vector<std::string> a = {"build", src, dir};
     a.insert(a.end(), flags.begin(), flags.end());
     return a;
   };
@@ -42,7 +41,7 @@ TEST_CASE("kiln build killed at 20 seeded random moments resumes to identical by
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-  std::mt19937_64 rng(20261203);
+  std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> moment(0.0, 1.0);
   int killed = 0, finished_early = 0;
   // A resumed run has less to do: one that finishes before its kill is
@@ -70,4 +69,42 @@ TEST_CASE("kiln build killed at 20 seeded random moments resumes to identical by
   CHECK(Problems(out.path()) == "");
   WARN("killed " << killed << " times, " << finished_early << " runs finished first; one build "
                  << seconds << " s");
+}
+
+}  // namespace
+
+TEST_CASE("kiln build killed at 20 seeded random moments resumes to identical bytes",
+          "[build][kill]") {
+  TempDir src;
+  MakePhotoFolder(src.path(), 40);  // 280 JPEGs
+  KillAndResume(src.path(),
+                {"--resize", "64", "--crop", "56", "--dtype", "float32", "--threads", "1",
+                 "--shard-size", "4M", "--progress", "none"},
+                20261203);
+}
+
+TEST_CASE("a format 2 build (whole images, masks) killed at 20 moments resumes to identical bytes",
+          "[build][kill]") {
+  TempDir src, masks;
+  MakePhotoFolder(src.path(), 40);
+  // A mask of each image's size (its header's), values from the file name.
+  for (const auto& e : fs::recursive_directory_iterator(src.path())) {
+    if (!e.is_regular_file()) continue;
+    const std::string bytes = ReadFile(e.path().string());
+    image::ImageU8 mask;
+    REQUIRE(image::ReadHeader(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(),
+                              e.path().string(), &mask.width, &mask.height)
+                .ok());
+    mask.channels = 1;
+    mask.pixels.resize(static_cast<size_t>(mask.width) * mask.height);
+    for (size_t i = 0; i < mask.pixels.size(); ++i)
+      mask.pixels[i] = static_cast<uint8_t>((i / 7 + bytes.size()) % 5);
+    const fs::path rel = fs::relative(e.path(), src.path());
+    fs::create_directories(masks / rel.parent_path());
+    REQUIRE(image::WriteImage(mask, masks / ingest::MaskRelPath(rel.string())).ok());
+  }
+  KillAndResume(src.path(),
+                {"--max-side", "64", "--masks", masks.path(), "--dtype", "uint8", "--threads", "1",
+                 "--shard-size", "1M", "--progress", "none"},
+                20261205);
 }

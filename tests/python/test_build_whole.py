@@ -4,6 +4,7 @@ Resize(S, max_size=N) sizes it and resampled as PIL's resize(BILINEAR).
 Run as test_build_whole.py SYNTH DUMP_RECORDS DUMP_BATCHES CHECK
 (module_common.py); needs KILN_BIN and KILN_SAMPLE_PHOTOS (kiln build)."""
 import glob
+import json
 import os
 import subprocess
 import sys
@@ -30,10 +31,10 @@ def png_folder(tmp):
     return src
 
 
-def build(src, out, *args):
+def build(src, out, *args, open_cache=True):
     subprocess.run([KILN, "build", src, out, "--dtype", "uint8", "--norm", "imagenet",
                     "--progress", "none"] + list(args), check=True, stdout=subprocess.DEVNULL)
-    return kiln.Cache(out)
+    return kiln.Cache(out) if open_cache else None
 
 
 def sources(src):
@@ -232,6 +233,111 @@ def check_masks_follow_geometry(tmp):
         rejects = f.read()
     assert "is missing" in rejects and "one 8-bit channel" in rejects, rejects
     assert len(kiln.Cache(os.path.join(tmp, "bad"))) == len(files) - 2
+
+
+def masked_folder(tmp):
+    """png_folder with a mask per image (write_masks) in TMP/masks: (source
+    folder, mask folder, source files in record order)."""
+    src = png_folder(tmp)
+    masks = os.path.join(tmp, "masks")
+    write_masks(src, masks)
+    return src, masks, sources(src)
+
+
+def cache_records(path):
+    """Every record of a cache: {field: (shape, bytes)}."""
+    c = kiln.Cache(path)
+    return [{k: (v.shape, v.tobytes()) for k, v in c[i].items()} for i in range(len(c))]
+
+
+def check_parts_merge_and_repair(tmp):
+    """A format 2 build (whole images, masks, several labels and a float
+    target from a CSV) in 2 parts - part 0 rejecting a broken file, so part 1
+    is re-indexed - merges into the one-part build's records, manifest
+    fields, sources.tsv and rejects.tsv; a byte flipped in a merged record's
+    mask is repaired by kiln build --repair back to the shards' bytes."""
+    if not (KILN and PHOTOS):
+        print("  KILN_BIN / KILN_SAMPLE_PHOTOS not set (no kiln build): skipped")
+        return
+    src, masks, files = masked_folder(tmp)
+    broken = os.path.join(src, "class_0", "0_broken.png")
+    with open(broken, "wb") as f:
+        f.write(b"not a png")
+    with open(os.path.join(tmp, "t.csv"), "w") as f:
+        f.write("path,labels,score\n")
+        for i, path in enumerate([broken] + files):
+            f.write("%s,%s,%r\n" % (os.path.relpath(path, src), ";".join(
+                ["a", "b", "c"][k] for k in range(3) if (i >> k) & 1), i * 0.25))
+    args = ["--list", os.path.join(tmp, "t.csv"), "--max-side", "48", "--masks", masks]
+    one, parts = os.path.join(tmp, "one"), os.path.join(tmp, "parts")
+    build(src, one, *args)
+    for part in ("0", "1"):
+        build(src, parts, *args, "--num-parts", "2", "--part", part, open_cache=False)
+    merged = subprocess.run([KILN, "merge", parts], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    assert merged.returncode == 0 and "rewriting its" in merged.stdout, merged.stdout
+    assert cache_records(parts) == cache_records(one)
+    assert len(kiln.Cache(one)) == len(files)
+    manifests = [json.load(open(os.path.join(d, "manifest.json"))) for d in (one, parts)]
+    for key in ("format_version", "fields", "label_field", "preprocessing"):
+        assert manifests[0].get(key) == manifests[1].get(key), key
+    for name in ("sources.tsv", "rejects.tsv"):
+        assert open(os.path.join(parts, name)).read() == open(os.path.join(one, name)).read(), name
+    subprocess.run([KILN, "verify", parts, "--level", "deep"], check=True,
+                   stdout=subprocess.DEVNULL)
+    # Damage record 2's mask in place; --repair makes it again from its files.
+    shard_paths = sorted(glob.glob(os.path.join(parts, "shard-*.mdb")))
+    before = [open(p, "rb").read() for p in shard_paths]
+    mask = kiln.Cache(parts)[2]["mask"].tobytes()
+    hits = [(k, b.find(mask)) for k, b in enumerate(before) if b.find(mask) >= 0]
+    assert hits, "record 2's mask not found in its shard"
+    k, at = hits[0]
+    damaged = bytearray(before[k])
+    damaged[at + len(mask) // 2] ^= 0x01
+    open(shard_paths[k], "wb").write(damaged)
+    bad = subprocess.run([KILN, "verify", parts], stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+    assert bad.returncode == 1 and "record 2" in bad.stdout, bad.stdout
+    fixed = subprocess.run([KILN, "build", src, parts, "--dtype", "uint8", "--norm", "imagenet",
+                            "--progress", "none", "--repair"] + args, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    assert fixed.returncode == 0 and "repaired 1 record(s)" in fixed.stdout, fixed.stdout
+    assert [open(p, "rb").read() for p in shard_paths] == before
+    assert cache_records(parts) == cache_records(one)
+
+
+def check_mask_changes_are_seen(tmp):
+    """The masks are sources too: verify --level deep re-makes every field
+    (mask included) and passes on a fresh cache; after one mask file is
+    rewritten, verify --level sources says the masks changed, --level deep
+    names the record and its 'mask', and kiln build no longer finds the
+    cache up to date."""
+    if not (KILN and PHOTOS):
+        print("  KILN_BIN / KILN_SAMPLE_PHOTOS not set (no kiln build): skipped")
+        return
+    src, masks, files = masked_folder(tmp)
+    out = os.path.join(tmp, "c")
+    args = ["--max-side", "48", "--masks", masks]
+    build(src, out, *args)
+
+    def verify(level):
+        return subprocess.run([KILN, "verify", out, "--level", level], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    ok = verify("deep")
+    assert ok.returncode == 0, ok.stdout
+    rel = os.path.relpath(files[3], src)
+    m = np.asarray(Image.open(os.path.join(masks, rel)))
+    Image.fromarray((m + 1) % 5, mode="L").save(os.path.join(masks, rel))
+    stale = verify("sources")
+    assert stale.returncode == 1 and "mask files added, removed or changed" in stale.stdout, \
+        stale.stdout
+    deep = verify("deep")
+    assert deep.returncode == 1 and "record 3" in deep.stdout and "different 'mask'" in \
+        deep.stdout, deep.stdout
+    again = subprocess.run([KILN, "build", src, out, "--dtype", "uint8", "--norm", "imagenet",
+                            "--progress", "none"] + args, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    assert "up to date" not in again.stdout and "masks_digest" in again.stdout, again.stdout
 
 
 CHECKS = {name[len("check_"):]: fn for name, fn in globals().items()

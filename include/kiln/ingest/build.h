@@ -95,6 +95,14 @@ Status ListSources(const std::string& root, const std::string& list_file, Source
 // XXH3 digest (hex) of the sorted (path, label, size, mtime) list.
 std::string SourceDigest(const SourceList& list);
 
+// The mask of the source `rel_path` (kiln build --masks DIR): its path
+// below DIR, the same relative path with the extension .png.
+std::string MaskRelPath(const std::string& rel_path);
+// XXH3 digest (hex) of the mask files of `list`'s items under `masks_dir`:
+// each one's (path, size, mtime), or that it is missing, in the list's
+// order. A mask added, removed or changed changes it.
+std::string MasksDigest(const SourceList& list, const std::string& masks_dir);
+
 struct BuildOptions {
   std::string src;                   // source root directory
   std::string out;                   // cache directory (OUT/train, OUT/val with val_fraction)
