@@ -113,6 +113,18 @@ Status ResolveRecord(const Manifest& m, uint64_t index, const uint8_t* head, siz
 Status InputNormalization(const Manifest& m, const std::string& dir, std::vector<double>* mean,
                           std::vector<double>* std);
 
+// The fields kiln reads as annotations of the image field (C x H x W), by
+// name and type: the loader moves them with its crops, preview and export
+// draw them, kiln build --masks writes a mask.
+//  - "mask": class indices per pixel, an integer field (uint8, int32,
+//    int64) of H x W, or K x H x W with K fixed, with the image's H and W
+//    (the same fixed sizes, or varying where the image's do);
+//  - "boxes": float32 N x 4, each row x1, y1, x2, y2 in the image's pixels.
+inline constexpr char kMaskFieldName[] = "mask";
+inline constexpr char kBoxesFieldName[] = "boxes";
+bool IsMaskField(const FieldSpec& f, const FieldSpec& image);
+bool IsBoxesField(const FieldSpec& f);
+
 // Sets a format 1 manifest's fields from its dtype and shape: "image" and
 // "label" (int64 scalar), image_field 0, label_field 1.
 void SetFormat1Fields(Manifest* m);

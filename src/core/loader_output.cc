@@ -140,19 +140,12 @@ Status LoaderFields(const Manifest& m, const LoaderOptions& o, std::vector<Loade
     lf.dtype = f.dtype;
     lf.shape.ndim = f.ndim;
     for (int d = 0; d < f.ndim; ++d) lf.shape.dims[d] = f.max_dims[d];
-    // A mask: the image's H and W (each the same fixed size, or both varying
-    // where the image's do), an integer type, a fixed leading dim if any.
-    const bool spatial = (f.ndim == 2 || (f.ndim == 3 && f.dims[0] > 0)) &&
-                         f.dims[f.ndim - 2] == image.dims[1] && f.dims[f.ndim - 1] == image.dims[2];
-    const bool integral =
-        f.dtype == DType::kUint8 || f.dtype == DType::kInt32 || f.dtype == DType::kInt64;
-    if (moves && f.name == "mask" && spatial && integral) {
+    if (moves && IsMaskField(f, image)) {
       lf.role = LoaderField::kMask;
       lf.shape.dims[f.ndim - 2] = image_out.dims[1];
       lf.shape.dims[f.ndim - 1] = image_out.dims[2];
     } else {
-      if (moves && f.name == "boxes" && f.dtype == DType::kFloat32 && f.ndim == 2 && f.dims[1] == 4)
-        lf.role = LoaderField::kBoxes;
+      if (moves && IsBoxesField(f)) lf.role = LoaderField::kBoxes;
       for (int d = 0; d < f.ndim; ++d)
         if (f.dims[d] == FieldSpec::kVariableDim) lf.variable[lf.variable_dims++] = d;
     }

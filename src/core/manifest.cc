@@ -178,6 +178,18 @@ std::string MetaDigest(const json& classes, const json& preprocessing) {
 }
 }  // namespace
 
+bool IsMaskField(const FieldSpec& f, const FieldSpec& image) {
+  const bool spatial = image.ndim == 3 && (f.ndim == 2 || (f.ndim == 3 && f.dims[0] > 0)) &&
+                       f.dims[f.ndim - 2] == image.dims[1] && f.dims[f.ndim - 1] == image.dims[2];
+  const bool integral =
+      f.dtype == DType::kUint8 || f.dtype == DType::kInt32 || f.dtype == DType::kInt64;
+  return f.name == kMaskFieldName && spatial && integral;
+}
+
+bool IsBoxesField(const FieldSpec& f) {
+  return f.name == kBoxesFieldName && f.dtype == DType::kFloat32 && f.ndim == 2 && f.dims[1] == 4;
+}
+
 void SetFormat1Fields(Manifest* m) {
   FieldSpec image;
   image.name = "image";

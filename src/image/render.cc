@@ -122,6 +122,94 @@ Status RecordToImage(const Manifest& m, const RecordView& record, ImageU8* out) 
   return Status::OK();
 }
 
+std::array<uint8_t, 3> MaskColour(int64_t k) {
+  // PASCAL VOC's colour map: the bits of k, three at a time, from the top
+  // bit of each channel down.
+  std::array<uint8_t, 3> c = {0, 0, 0};
+  int v = static_cast<int>(((k % 256) + 256) % 256);
+  for (int shift = 7; v > 0 && shift >= 0; --shift, v >>= 3)
+    for (int ch = 0; ch < 3; ++ch) c[ch] |= static_cast<uint8_t>(((v >> ch) & 1) << shift);
+  return c;
+}
+
+Status RecordToPicture(const Manifest& m, const RecordView& record, ImageU8* out) {
+  KILN_RETURN_IF_ERROR(RecordToImage(m, record, out));
+  if (m.fields.empty() || m.image_field < 0 || m.image_field >= record.num_fields)
+    return Status::OK();
+  const FieldSpec& image = m.fields[m.image_field];
+  const FieldView* mask = nullptr;
+  const FieldView* boxes = nullptr;
+  for (int f = 0; f < record.num_fields && f < static_cast<int>(m.fields.size()); ++f) {
+    const FieldView& v = record.fields[f];
+    if (IsMaskField(m.fields[f], image) && v.shape.ndim == 2 &&
+        v.shape.dims[0] == static_cast<uint32_t>(out->height) &&
+        v.shape.dims[1] == static_cast<uint32_t>(out->width))
+      mask = &v;
+    if (IsBoxesField(m.fields[f])) boxes = &v;
+  }
+  if (mask == nullptr && (boxes == nullptr || boxes->shape.dims[0] == 0)) return Status::OK();
+  if (out->channels == 1) {  // grey, in RGB
+    std::vector<uint8_t> rgb(out->pixels.size() * 3);
+    for (size_t p = 0; p < out->pixels.size(); ++p)
+      rgb[3 * p] = rgb[3 * p + 1] = rgb[3 * p + 2] = out->pixels[p];
+    out->pixels.swap(rgb);
+    out->channels = 3;
+  }
+  const size_t pixels = static_cast<size_t>(out->width) * out->height;
+  if (mask != nullptr) {
+    const size_t size = DTypeSize(mask->dtype);
+    for (size_t p = 0; p < pixels; ++p) {
+      int64_t k = 0;
+      if (size == 1) k = mask->data[p];
+      if (size == 4) {
+        int32_t x;
+        std::memcpy(&x, mask->data + 4 * p, 4);
+        k = x;
+      }
+      if (size == 8) std::memcpy(&k, mask->data + 8 * p, 8);
+      if (k == 0) continue;
+      const std::array<uint8_t, 3> c = MaskColour(k);
+      for (int ch = 0; ch < 3; ++ch) {
+        uint8_t& px = out->pixels[3 * p + ch];
+        px = static_cast<uint8_t>((px + c[ch] + 1) / 2);
+      }
+    }
+  }
+  if (boxes != nullptr) {
+    auto put = [&](int64_t x, int64_t y) {
+      if (x < 0 || y < 0 || x >= out->width || y >= out->height) return;
+      std::memcpy(&out->pixels[3 * (static_cast<size_t>(y) * out->width + x)], kBoxColour.data(),
+                  3);
+    };
+    // Clipped to the image.
+    auto clamp = [&](float v, int64_t limit) -> double {
+      return std::max(0.0, std::min(static_cast<double>(limit), static_cast<double>(v)));
+    };
+    for (uint32_t b = 0; b < boxes->shape.dims[0]; ++b) {
+      float xy[4];
+      std::memcpy(xy, boxes->data + 16 * b, 16);
+      if (std::isnan(xy[0]) || std::isnan(xy[1]) || std::isnan(xy[2]) || std::isnan(xy[3]))
+        continue;
+      const double x1 = clamp(xy[0], out->width), y1 = clamp(xy[1], out->height);
+      const double x2 = clamp(xy[2], out->width), y2 = clamp(xy[3], out->height);
+      if (!(x2 > x1 && y2 > y1)) continue;  // empty
+      const int64_t l = static_cast<int64_t>(std::floor(x1)),
+                    t = static_cast<int64_t>(std::floor(y1));
+      const int64_t r = static_cast<int64_t>(std::ceil(x2)) - 1,
+                    d = static_cast<int64_t>(std::ceil(y2)) - 1;
+      for (int64_t x = l; x <= r; ++x) {
+        put(x, t);
+        put(x, d);
+      }
+      for (int64_t y = t; y <= d; ++y) {
+        put(l, y);
+        put(r, y);
+      }
+    }
+  }
+  return Status::OK();
+}
+
 Status WriteImage(const ImageU8& img, const std::string& path) {
   if (img.channels != 1 && img.channels != 3)
     return Status::InvalidArgument("WriteImage: 1 or 3 channels, not " +
@@ -167,8 +255,19 @@ Status ExportRecord(const CacheReader& reader, uint64_t index, const std::string
   RecordView r;
   Status s = txn->Get(index, &r, /*verify_checksum=*/true);
   ImageU8 img;
-  if (s.ok()) s = RecordToImage(reader.manifest(), r, &img);
+  if (s.ok()) s = RecordToPicture(reader.manifest(), r, &img);
   if (s.ok()) s = WriteImage(img, path);
+  return s;
+}
+
+Shape PreviewShape(const Manifest& m) {
+  if (m.shape.ndim == 3) return m.shape;
+  if (m.image_field < 0 || m.image_field >= static_cast<int>(m.fields.size())) return Shape{};
+  const FieldSpec& image = m.fields[m.image_field];
+  if (image.ndim != 3) return Shape{};
+  Shape s;
+  s.ndim = 3;
+  for (int i = 0; i < 3; ++i) s.dims[i] = image.max_dims[i];
   return s;
 }
 
@@ -229,23 +328,23 @@ Status RenderPreview(const CacheReader& reader, const std::vector<uint64_t>& ind
                      const PreviewOptions& options, ImageU8* sheet) {
   if (indices.empty()) return Status::InvalidArgument("a preview of no records");
   const Manifest& m = reader.manifest();
-  if (m.shape.ndim != 3)
+  const Shape shape = PreviewShape(m);
+  if (shape.ndim != 3)
     return Status::InvalidArgument(reader.dir() + " holds records of shape " + m.shape.ToString() +
                                    ", not C x H x W images");
   // Bounds that keep PlanPreview's int arithmetic from overflowing and the
   // sheet to a size a PNG viewer opens (a manifest's shape may be anything
   // up to kMaxRecordElements).
-  if (m.shape.dims[1] > kMaxPreviewSide || m.shape.dims[2] > kMaxPreviewSide ||
+  if (shape.dims[1] > kMaxPreviewSide || shape.dims[2] > kMaxPreviewSide ||
       indices.size() > kMaxPreviewTiles || options.min_tile > static_cast<int>(kMaxPreviewSide))
-    return Status::InvalidArgument("a contact sheet of " + std::to_string(indices.size()) +
-                                   " records of " + m.shape.ToString() + ": at most " +
-                                   std::to_string(kMaxPreviewTiles) + " records with sides up to " +
-                                   std::to_string(kMaxPreviewSide) +
-                                   " pixels (kiln export writes one record as an image)");
-  const PreviewLayout l = PlanPreview(m.shape, indices.size(), options);
+    return Status::InvalidArgument(
+        "a contact sheet of " + std::to_string(indices.size()) + " records of " + shape.ToString() +
+        ": at most " + std::to_string(kMaxPreviewTiles) + " records with sides up to " +
+        std::to_string(kMaxPreviewSide) + " pixels (kiln export writes one record as an image)");
+  const PreviewLayout l = PlanPreview(shape, indices.size(), options);
   if (static_cast<int64_t>(l.width) * l.height > kMaxPreviewPixels)
     return Status::InvalidArgument("a contact sheet of " + std::to_string(indices.size()) +
-                                   " records of " + m.shape.ToString() + " would be " +
+                                   " records of " + shape.ToString() + " would be " +
                                    std::to_string(l.width) + "x" + std::to_string(l.height) +
                                    " pixels; draw fewer records (--count)");
   cv::Mat canvas(l.height, l.width, CV_8UC3, cv::Scalar(40, 40, 40));  // RGB
@@ -255,8 +354,13 @@ Status RenderPreview(const CacheReader& reader, const std::vector<uint64_t>& ind
     RecordView r;
     Status s = txn->Get(indices[t], &r, /*verify_checksum=*/true);
     ImageU8 img;
-    if (s.ok()) s = RecordToImage(m, r, &img);
+    if (s.ok()) s = RecordToPicture(m, r, &img);
     if (!s.ok()) return s;
+    // A whole image larger than the manifest says is damage.
+    if (img.width * l.scale > l.tile_width || img.height * l.scale > l.tile_height)
+      return Status::Corruption("record " + std::to_string(indices[t]) + " is " +
+                                std::to_string(img.width) + "x" + std::to_string(img.height) +
+                                ", larger than the largest size the manifest records");
     const cv::Mat src(img.height, img.width, img.channels == 3 ? CV_8UC3 : CV_8UC1,
                       img.pixels.data());
     cv::Mat rgb, big;
@@ -264,11 +368,12 @@ Status RenderPreview(const CacheReader& reader, const std::vector<uint64_t>& ind
       cv::cvtColor(src, rgb, cv::COLOR_GRAY2RGB);
     else
       rgb = src;
-    cv::resize(rgb, big, cv::Size(l.tile_width, l.tile_height), 0, 0, cv::INTER_NEAREST);
+    cv::resize(rgb, big, cv::Size(img.width * l.scale, img.height * l.scale), 0, 0,
+               cv::INTER_NEAREST);
     const int x = kPreviewGap + static_cast<int>(t % l.columns) * (l.tile_width + kPreviewGap);
     const int y = kPreviewGap + static_cast<int>(t / l.columns) *
                                     (l.tile_height + kPreviewLabelHeight + kPreviewGap);
-    big.copyTo(canvas(cv::Rect(x, y, l.tile_width, l.tile_height)));
+    big.copyTo(canvas(cv::Rect(x, y, big.cols, big.rows)));
     // The label, shrunk to fit the tile's width and the strip's height.
     const std::string text = TileLabel(m, r.label, indices[t]);
     double font_scale = 0.4;

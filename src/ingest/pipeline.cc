@@ -255,7 +255,7 @@ std::vector<FieldSpec> BuildFieldSpecs(const SourceList& src, const Preprocessor
   std::vector<FieldSpec> out = {image};
   if (pre.masks()) {  // the image's H x W, class indices
     FieldSpec mask;
-    mask.name = "mask";
+    mask.name = kMaskFieldName;
     mask.dtype = DType::kUint8;
     mask.ndim = 2;
     mask.dims[0] = image.dims[1];

@@ -292,3 +292,128 @@ TEST_CASE("preview --classes: the sample holds only the chosen classes", "[rende
   CHECK(s.IsInvalidArgument());
   CHECK_THAT(s.message(), Catch::Contains("clas7") && Catch::Contains("class0, class1"));
 }
+
+namespace {
+
+// A format 2 cache of `n` grey images of their own sizes (8 + i rows x 10 +
+// 2i columns, pixel value (x * 7 + y * 3 + i) % 200), each with a mask
+// (class 1 + i in a 3x2 block at (2, 1), class 0 elsewhere) and two boxes
+// (one inside the image, one running past its right edge), label i % 2.
+void WriteAnnotatedCache(const std::string& dir, uint64_t n) {
+  WriterOptions o;
+  FieldSpec image{"image", DType::kUint8, 3, {1, FieldSpec::kVariableDim, FieldSpec::kVariableDim}};
+  FieldSpec mask{"mask", DType::kUint8, 2, {FieldSpec::kVariableDim, FieldSpec::kVariableDim}};
+  FieldSpec boxes{"boxes", DType::kFloat32, 2, {FieldSpec::kVariableDim, 4}};
+  FieldSpec label{"label", DType::kInt64, 0, {}};
+  o.fields = {image, mask, boxes, label};
+  o.label_field = "label";
+  std::unique_ptr<CacheWriter> w;
+  REQUIRE(CacheWriter::Open(o, dir, &w).ok());
+  for (uint64_t i = 0; i < n; ++i) {
+    const uint32_t h = 8 + static_cast<uint32_t>(i), wd = 10 + 2 * static_cast<uint32_t>(i);
+    std::vector<uint8_t> px(h * wd), m(h * wd, 0);
+    for (uint32_t y = 0; y < h; ++y)
+      for (uint32_t x = 0; x < wd; ++x)
+        px[y * wd + x] = static_cast<uint8_t>((x * 7 + y * 3 + i) % 200);
+    for (uint32_t y = 1; y < 3; ++y)
+      for (uint32_t x = 2; x < 5; ++x) m[y * wd + x] = static_cast<uint8_t>(1 + i);
+    const float b[8] = {0.5f, 4.0f, 3.2f, 7.0f, 6.0f, 0.0f, 1000.0f, 2.5f};
+    const int64_t lab = static_cast<int64_t>(i % 2);
+    FieldData f[4] = {{DType::kUint8, MakeShape({1, h, wd}), px.data()},
+                      {DType::kUint8, MakeShape({h, wd}), m.data()},
+                      {DType::kFloat32, MakeShape({2, 4}), b},
+                      {DType::kInt64, Shape{}, &lab}};
+    REQUIRE(w->AppendFields(i, f, 4).ok());
+  }
+  Manifest meta;
+  meta.classes = {"even", "odd"};
+  REQUIRE(w->Finish(&meta).ok());
+}
+
+}  // namespace
+
+TEST_CASE("mask colours are PASCAL VOC's colour map", "[render]") {
+  using C = std::array<uint8_t, 3>;
+  CHECK(image::MaskColour(0) == C{0, 0, 0});
+  CHECK(image::MaskColour(1) == C{128, 0, 0});
+  CHECK(image::MaskColour(2) == C{0, 128, 0});
+  CHECK(image::MaskColour(3) == C{128, 128, 0});
+  CHECK(image::MaskColour(4) == C{0, 0, 128});
+  CHECK(image::MaskColour(7) == C{128, 128, 128});
+  CHECK(image::MaskColour(15) == C{192, 128, 128});
+  CHECK(image::MaskColour(19) == C{128, 192, 0});
+  CHECK(image::MaskColour(255) == C{224, 224, 192});
+  CHECK(image::MaskColour(257) == image::MaskColour(1));
+}
+
+TEST_CASE("export draws a record's mask and boxes over its image", "[render]") {
+  TempDir dir;
+  WriteAnnotatedCache(dir / "c", 3);
+  auto reader = Open(dir / "c");
+  REQUIRE(image::ExportRecord(*reader, 2, dir / "r2.png").ok());
+  const cv::Mat img = cv::imread(dir / "r2.png", cv::IMREAD_COLOR);  // BGR
+  REQUIRE(img.rows == 10);
+  REQUIRE(img.cols == 14);
+  // Box 1: columns 0..3, rows 4..6; box 2: columns 6..13 (clipped at the
+  // right edge), rows 0..2.
+  auto on_box = [](int x, int y) {
+    const bool b1 = ((x == 0 || x == 3) && y >= 4 && y <= 6) || ((y == 4 || y == 6) && x <= 3);
+    const bool b2 = ((x == 6 || x == 13) && y <= 2) || ((y == 0 || y == 2) && x >= 6);
+    return b1 || b2;
+  };
+  const std::array<uint8_t, 3> cls = image::MaskColour(3);
+  for (int y = 0; y < img.rows; ++y)
+    for (int x = 0; x < img.cols; ++x) {
+      const int grey = (x * 7 + y * 3 + 2) % 200;
+      std::array<int, 3> want = {grey, grey, grey};  // RGB
+      if (x >= 2 && x < 5 && y >= 1 && y < 3)
+        for (int c = 0; c < 3; ++c) want[c] = (grey + cls[c] + 1) / 2;
+      if (on_box(x, y))
+        for (int c = 0; c < 3; ++c) want[c] = image::kBoxColour[c];
+      const cv::Vec3b got = img.at<cv::Vec3b>(y, x);
+      CAPTURE(x, y);
+      CHECK(std::array<int, 3>{got[2], got[1], got[0]} == want);
+    }
+}
+
+TEST_CASE("a preview of whole images: tiles of the largest size, each record at its own",
+          "[render]") {
+  TempDir dir;
+  WriteAnnotatedCache(dir / "c", 4);
+  auto reader = Open(dir / "c");
+  CHECK(image::PreviewShape(reader->manifest()) == MakeShape({1, 11, 16}));
+  image::PreviewOptions o;
+  o.count = 4;
+  o.min_tile = 30;  // 16 x 2 >= 30: scale 2
+  std::vector<uint64_t> shown;
+  REQUIRE(image::WritePreview(*reader, o, dir / "grid.png", &shown).ok());
+  REQUIRE(shown == std::vector<uint64_t>{0, 1, 2, 3});
+  const int scale = 2, tw = 16 * scale, th = 11 * scale;
+  const cv::Mat img = cv::imread(dir / "grid.png", cv::IMREAD_COLOR);
+  REQUIRE(img.cols == 2 * (tw + image::kPreviewGap) + image::kPreviewGap);
+  REQUIRE(img.rows ==
+          2 * (th + image::kPreviewLabelHeight + image::kPreviewGap) + image::kPreviewGap);
+  auto txn = reader->BeginRead();
+  for (int t = 0; t < 4; ++t) {
+    RecordView r;
+    REQUIRE(txn->Get(t, &r).ok());
+    image::ImageU8 pic;
+    REQUIRE(image::RecordToPicture(reader->manifest(), r, &pic).ok());
+    const int x0 = image::kPreviewGap + (t % 2) * (tw + image::kPreviewGap);
+    const int y0 =
+        image::kPreviewGap + (t / 2) * (th + image::kPreviewLabelHeight + image::kPreviewGap);
+    for (int y = 0; y < th; ++y)
+      for (int x = 0; x < tw; ++x) {
+        const cv::Vec3b got = img.at<cv::Vec3b>(y0 + y, x0 + x);
+        std::array<int, 3> want = {40, 40, 40};  // past the record: the sheet's background
+        if (x < pic.width * scale && y < pic.height * scale) {
+          const uint8_t* p = &pic.pixels[3 * ((y / scale) * pic.width + x / scale)];
+          want = {p[0], p[1], p[2]};
+        }
+        if (std::array<int, 3>{got[2], got[1], got[0]} != want) {
+          CAPTURE(t, x, y);
+          FAIL("tile pixel differs from the record's picture");
+        }
+      }
+  }
+}

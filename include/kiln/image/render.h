@@ -8,6 +8,7 @@
 #ifndef KILN_IMAGE_RENDER_H_
 #define KILN_IMAGE_RENDER_H_
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -29,14 +30,32 @@ namespace kiln::image {
 // fits neither.
 Status RecordToImage(const Manifest& m, const RecordView& record, ImageU8* out);
 
+// The colour (RGB) class k of a mask is drawn in: PASCAL VOC's colour map
+// (class 1 dark red, 2 dark green, 3 olive, ...; k taken mod 256).
+std::array<uint8_t, 3> MaskColour(int64_t k);
+// The colour (RGB) of box outlines.
+inline constexpr std::array<uint8_t, 3> kBoxColour = {255, 255, 0};
+
+// RecordToImage, with the record's annotations (kiln/manifest.h's
+// IsMaskField, IsBoxesField) drawn over it:
+//  - a mask of H x W: each pixel of class k != 0 becomes the mean of its
+//    colour and MaskColour(k), (a + b + 1) / 2 per channel (class 0 is
+//    background and left as it is; a K x H x W mask is not drawn);
+//  - boxes: each clipped to the image (0..W, 0..H), then outlined one
+//    pixel wide in kBoxColour, from column floor(x1) and row floor(y1) to
+//    column ceil(x2) - 1 and row ceil(y2) - 1 (a box left empty draws
+//    nothing).
+// A picture with annotations is RGB (a 1-channel image is grey in it).
+Status RecordToPicture(const Manifest& m, const RecordView& record, ImageU8* out);
+
 // Writes `img` to `path` with OpenCV in the format its extension names
 // (.png, .jpg, .bmp, .tiff, .webp). Returns InvalidArgument for an
 // extension OpenCV cannot write, IOError naming `path` when the file
 // cannot be written.
 Status WriteImage(const ImageU8& img, const std::string& path);
 
-// Writes record `index` of `reader`'s cache to `path` (RecordToImage, then
-// WriteImage). Returns InvalidArgument naming the record count for an
+// Writes record `index` of `reader`'s cache to `path` (RecordToPicture,
+// then WriteImage). Returns InvalidArgument naming the record count for an
 // index past the end, Corruption for a damaged record (its checksum is
 // verified), and WriteImage's errors.
 Status ExportRecord(const CacheReader& reader, uint64_t index, const std::string& path);
@@ -74,6 +93,13 @@ struct PreviewLayout {
   int height = 0;  // = rows * (tile_height + kPreviewLabelHeight + kPreviewGap) + kPreviewGap
 };
 
+// The shape a contact sheet's tiles are planned for: the manifest's image
+// shape, or, where the image's size varies from record to record (whole
+// images, format 2), C x the largest H x the largest W it took (each
+// record is then drawn at its own size in the top left corner of its
+// tile). ndim 0 when the image field is not C x H x W.
+Shape PreviewShape(const Manifest& m);
+
 // The layout of a sheet of `tiles` records of shape C x H x W (`shape`).
 // REQUIRES: tiles >= 1 and a 3-dimensional shape.
 PreviewLayout PlanPreview(const Shape& shape, size_t tiles, const PreviewOptions& options);
@@ -88,11 +114,12 @@ Status PickPreviewRecords(const CacheReader& reader, const PreviewOptions& optio
                           std::vector<uint64_t>* indices);
 
 // Draws the records `indices` of `reader`'s cache into a contact sheet
-// (*sheet is replaced; always 3 channels, RGB) laid out by PlanPreview,
-// each tile labelled "<class> #<index>" (just "#<index>" without a class
-// name). Returns InvalidArgument for an empty `indices` or a sheet over the
+// (*sheet is replaced; always 3 channels, RGB) laid out by PlanPreview of
+// PreviewShape, each tile RecordToPicture's picture (annotations drawn)
+// and labelled "<class> #<index>" (just "#<index>" without a class name).
+// Returns InvalidArgument for an empty `indices` or a sheet over the
 // bounds above, and
-// RecordToImage's and ReadTxn::Get's errors (checksums are verified).
+// RecordToPicture's and ReadTxn::Get's errors (checksums are verified).
 Status RenderPreview(const CacheReader& reader, const std::vector<uint64_t>& indices,
                      const PreviewOptions& options, ImageU8* sheet);
 
