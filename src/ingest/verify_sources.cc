@@ -100,6 +100,7 @@ Status VerifyWithSources(const std::string& dir, const VerifyOptions& options, S
     problem(-1, "", "cannot list the sources again: " + s.message());
     return Status::OK();
   }
+  const size_t problems_before = report->problems.size();
   std::set<std::string> seen;
   for (const SourceItem& it : now.items) {
     seen.insert(it.rel_path);
@@ -116,6 +117,14 @@ Status VerifyWithSources(const std::string& dir, const VerifyOptions& options, S
     if (!seen.count(r.item.rel_path))
       problem(r.record, r.item.rel_path,
               "source file removed since the build (the cache is stale)");
+  // A CSV's several labels and float targets are not in sources.tsv: the
+  // listing's digest covers them. Said only when no file was found changed
+  // above (a changed file changes the digest too).
+  const bool files_changed = report->problems.size() > problems_before;
+  if (!files_changed && (now.multi_label || !now.target_names.empty()) &&
+      SourceDigest(now) != m.preprocessing.source.digest)
+    problem(-1, m.preprocessing.source.list_file,
+            "the list's labels or targets changed since the build (the cache is stale)");
   // --masks: the mask files as a whole (sources.tsv lists only the images).
   const std::string& masks_digest = m.preprocessing.source.masks_digest;
   if (!masks_digest.empty() && MasksDigest(now, RawName(m.preprocessing.masks)) != masks_digest)

@@ -158,6 +158,17 @@ def check_csv_labels_and_targets(tmp):
     train = subprocess.run([KILN, "train", "--data", out, "--epochs", "1"],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert train.returncode != 0 and "no label field" in train.stdout, train.stdout
+    # The labels are sources: verify --level sources sees one line's change.
+    check = [KILN, "verify", out, "--level", "sources"]
+    subprocess.run(check, check=True, stdout=subprocess.DEVNULL)
+    with open(os.path.join(tmp, "t.csv")) as f:
+        lines = f.read().split("\n")
+    lines[2] = lines[2].replace(",sea,", ",sky,") if ",sea," in lines[2] else lines[2].replace(
+        ",", ",sea;", 1)
+    with open(os.path.join(tmp, "t.csv"), "w") as f:
+        f.write("\n".join(lines))
+    stale = subprocess.run(check, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert stale.returncode == 1 and "labels or targets changed" in stale.stdout, stale.stdout
 
 
 def write_masks(src, root):
