@@ -174,6 +174,12 @@ struct LoaderPosition {
   uint64_t consumed = 0;
 };
 
+// LoaderPosition::consumed: of an epoch of `n` samples begun after `skip`,
+// when each of `world_size` ranks has taken `batches` batches of
+// `batch_size`: skip + batches x batch_size x world_size, at most n.
+uint64_t ConsumedSamples(uint64_t n, uint64_t skip, uint64_t batches, uint64_t batch_size,
+                         uint64_t world_size);
+
 // The shape of one output sample for `o` on a cache with manifest `m` (the
 // record shape, its H and W cropped): what a caller allocates slots for
 // before Open. InvalidArgument for a crop or flip the records cannot take.
@@ -200,6 +206,9 @@ class Loader {
   // Samples this rank sees per epoch and batches per epoch.
   uint64_t samples_per_epoch() const;
   uint64_t batches_per_epoch() const;
+  // The batches of the epoch begun last (StartEpoch), after its skip:
+  // batches_per_epoch() for a whole one.
+  uint64_t epoch_batches() const;
   // The read-ahead budget in bytes (readahead_bytes resolved; 0 = off).
   uint64_t readahead_bytes() const;
 

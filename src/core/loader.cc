@@ -275,9 +275,12 @@ class Loader::Impl {
   // The samples of the epoch's permutation the whole job has consumed when
   // every rank has taken `batch` batches after `skip`.
   uint64_t Consumed(uint64_t skip, uint64_t batch) const {
-    const uint64_t n = reader_->size();
-    const uint64_t taken = batch * opt_.batch_size * static_cast<uint64_t>(opt_.world_size);
-    return std::min(n, skip + taken);
+    return ConsumedSamples(reader_->size(), skip, batch, opt_.batch_size,
+                           static_cast<uint64_t>(opt_.world_size));
+  }
+  uint64_t EpochBatches() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return ep_batches_;
   }
 
   uint64_t BatchSize(uint64_t b) const {
@@ -607,6 +610,13 @@ const Shape& Loader::sample_shape() const { return impl_->out_shape(); }
 uint64_t Loader::sample_bytes() const { return impl_->sample_bytes(); }
 uint64_t Loader::samples_per_epoch() const { return impl_->per_rank(); }
 uint64_t Loader::batches_per_epoch() const { return impl_->batches(); }
+uint64_t Loader::epoch_batches() const { return impl_->EpochBatches(); }
+
+uint64_t ConsumedSamples(uint64_t n, uint64_t skip, uint64_t batches, uint64_t batch_size,
+                         uint64_t world_size) {
+  const uint64_t taken = batches * batch_size * world_size;
+  return std::min(n, skip + taken);
+}
 uint64_t Loader::readahead_bytes() const { return impl_->readahead_budget(); }
 Status Loader::SetResolution(uint32_t crop) { return impl_->SetResolution(crop); }
 Status Loader::StartEpoch(uint64_t epoch, uint64_t start_batch, uint64_t skip) {

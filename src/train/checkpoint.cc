@@ -161,6 +161,7 @@ Status SaveCheckpoint(const std::string& dir, Model& model, torch::optim::Optimi
             {"kiln_version", KilnVersion()},
             {"epoch", c.epoch},
             {"step_in_epoch", c.step_in_epoch},
+            {"epoch_skip", c.epoch_skip},
             {"global_step", c.global_step},
             {"loss_scale", c.scale},
             {"growth_tracker", c.growth_tracker},
@@ -214,6 +215,8 @@ Status ReadStateFile(const std::string& dir, Checkpoint* c) {
     KILN_RETURN_IF_ERROR(integer(j, "epoch", &c->epoch, int64_t{0}));
     KILN_RETURN_IF_ERROR(integer(j, "step_in_epoch", &c->step_in_epoch, int64_t{0}));
     KILN_RETURN_IF_ERROR(integer(j, "global_step", &c->global_step, int64_t{0}));
+    if (j.contains("epoch_skip"))  // older checkpoints lack it
+      KILN_RETURN_IF_ERROR(integer(j, "epoch_skip", &c->epoch_skip, int64_t{0}));
     c->scale = j.at("loss_scale").get<double>();
     KILN_RETURN_IF_ERROR(
         integer(j, "growth_tracker", &c->growth_tracker, std::numeric_limits<int64_t>::min()));
@@ -295,12 +298,13 @@ std::string DescribeGroups(const std::vector<std::vector<std::string>>& groups) 
 }  // namespace
 
 // The options a checkpoint must be continued with, by option name: those
-// that decide the model, the sample order and augmentation (WORLD_SIZE
-// shares each epoch among the ranks), and the optimizer's state, which
-// optimizer.pt holds per group by position. --batch-size is the one used
-// (chosen, when automatic) in a checkpoint, and only an explicit one is
-// compared. Everything else may change on resume: --epochs to extend the
-// training, --lr and the schedule, logging and outputs, threads.
+// that decide the model, the sample order and augmentation, and the
+// optimizer's state, which optimizer.pt holds per group by position.
+// WORLD_SIZE, --batch-size (the one used, chosen when automatic) and
+// --accum-steps are recorded too, but may change (kElastic): the epoch then
+// continues with the samples the whole job had not consumed. Everything
+// else may change on resume: --epochs to extend the training, --lr and the
+// schedule, logging and outputs, threads.
 json Trainer::Settings() const {
   json s = {{"--model", o_.model},
             {"--seed", o_.seed},
@@ -318,8 +322,16 @@ json Trainer::Settings() const {
   return s;
 }
 
+namespace {
+// The settings an elastic resume may change (Trainer::Settings).
+bool IsElastic(const std::string& option) {
+  return option == "WORLD_SIZE" || option == "--batch-size" || option == "--accum-steps";
+}
+}  // namespace
+
 // Finds and reads the --resume checkpoint and refuses settings other than
-// its own, before the model is built.
+// its own (but WORLD_SIZE, --batch-size and --accum-steps), before the
+// model is built.
 Status Trainer::ReadResume() {
   if (o_.resume.empty()) return Status::OK();
   bool fallback = false;
@@ -332,6 +344,7 @@ Status Trainer::ReadResume() {
   for (const auto& [option, value] : now.items()) {
     if (!start_.settings.contains(option)) continue;  // an older checkpoint
     const json& then = start_.settings.at(option);
+    if (IsElastic(option)) continue;  // compared in ElasticStart, once the batch is known
     // --lr-head's rate may change like --lr's; whether the head has an
     // optimizer group of its own may not.
     const bool same =
@@ -385,6 +398,26 @@ Status Trainer::RestoreOptimizer() {
   global_step_ = start_.global_step;
   out_ << "resume " << resume_dir_ << ": epoch " << start_.epoch + 1 << ", step "
        << start_.step_in_epoch << " of it, " << global_step_ << " steps done\n";
+  // Elastic: another world size, batch size or accumulation. The epoch
+  // continues after the samples the whole job had consumed, shared among
+  // this run's ranks (Loader::StartEpoch's skip).
+  const int64_t world = dist_ ? dist_->world() : 1;
+  const json& then = start_.settings;
+  const int64_t world_then =
+      then.contains("WORLD_SIZE") ? then.at("WORLD_SIZE").get<int64_t>() : world;
+  elastic_ =
+      world_then != world || start_.batch_size != batch_ || start_.accum_steps != o_.accum_steps;
+  if (elastic_) {
+    start_consumed_ = ConsumedSamples(
+        train_->size(), static_cast<uint64_t>(start_.epoch_skip),
+        static_cast<uint64_t>(start_.step_in_epoch * start_.accum_steps),
+        static_cast<uint64_t>(start_.batch_size), static_cast<uint64_t>(world_then));
+    out_ << "resume elastic: made with WORLD_SIZE=" << world_then << ", batch " << start_.batch_size
+         << " x " << start_.accum_steps << " accumulation; this run has " << world << ", " << batch_
+         << " x " << o_.accum_steps << ": epoch " << start_.epoch + 1 << " continues after "
+         << start_consumed_ << " of its " << train_->size()
+         << " samples, shared among this run's ranks\n";
+  }
   return Status::OK();
 }
 
@@ -394,6 +427,7 @@ Status Trainer::Save(const std::string& dir, int64_t epoch, int64_t step_in_epoc
   Checkpoint c;
   c.epoch = epoch;
   c.step_in_epoch = step_in_epoch;
+  c.epoch_skip = epoch == epoch_now_ ? epoch_skip_ : 0;
   c.global_step = global_step_;
   c.scale = scaler_.scale();
   c.growth_tracker = scaler_.growth_tracker();

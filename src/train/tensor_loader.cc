@@ -207,14 +207,14 @@ void TensorLoader::ReleaseHeld() {
   held_ = -1;
 }
 
-Status TensorLoader::StartEpoch(uint64_t epoch, uint64_t start_batch) {
+Status TensorLoader::StartEpoch(uint64_t epoch, uint64_t start_batch, uint64_t skip) {
   try {
     ReleaseHeld();
   } catch (const std::exception& e) {
     return Status::IOError(std::string("tensor loader: waiting for the copy to ") +
                            opt_.device.str() + " failed: " + e.what());
   }
-  return loader_->StartEpoch(epoch, start_batch);
+  return loader_->StartEpoch(epoch, start_batch, skip);
 }
 
 bool TensorLoader::asynchronous() const { return copier_->device->asynchronous(); }

@@ -204,11 +204,29 @@ Status Trainer::Run(TrainResult* result) {
   if (o_.profile) clock_.Enable(device_);
   const std::string interrupt_dir = o_.save.empty() ? "kiln-checkpoint" : o_.save;
 
+  // An elastic resume counts steps in this run's units from here: the
+  // whole epochs before, plus the consumed samples in this run's steps, so
+  // that the schedule goes on from the same point of the training.
+  if (elastic_)
+    global_step_ = start_.epoch * steps_per_epoch +
+                   static_cast<int64_t>(start_consumed_) /
+                       (batch_ * o_.accum_steps * (dist_ ? dist_->world() : 1));
   for (int64_t epoch = start_.epoch; epoch < o_.epochs; ++epoch) {
-    const int64_t first_step = epoch == start_.epoch ? start_.step_in_epoch : 0;
+    const bool resumed = epoch == start_.epoch && start_.step_in_epoch > 0;
+    // A resume continues its epoch at its step, after the epoch's skip; an
+    // elastic one after the samples consumed, from this run's step 0.
+    int64_t first_step = resumed && !elastic_ ? start_.step_in_epoch : 0;
+    uint64_t skip = 0;
+    if (epoch == start_.epoch)
+      skip = elastic_ ? start_consumed_ : static_cast<uint64_t>(start_.epoch_skip);
     if (!loader) KILN_RETURN_IF_ERROR(open_loader());
-    KILN_RETURN_IF_ERROR(
-        loader->StartEpoch(static_cast<uint64_t>(epoch), static_cast<uint64_t>(first_step * o_.accum_steps)));
+    KILN_RETURN_IF_ERROR(loader->StartEpoch(
+        static_cast<uint64_t>(epoch), static_cast<uint64_t>(first_step * o_.accum_steps), skip));
+    epoch_now_ = epoch;
+    epoch_skip_ = static_cast<int64_t>(skip);
+    // This epoch's steps: fewer after a skip.
+    const int64_t epoch_steps =
+        static_cast<int64_t>(loader->loader().epoch_batches()) / o_.accum_steps;
     (void)loader->TakeWaitSeconds();
     phases_ = PhaseTimes();
     model_.SetTraining(true);
@@ -221,7 +239,7 @@ Status Trainer::Run(TrainResult* result) {
     // the whole epoch's training time (not the time between the
     // interruption and the resume, nor this run's start-up).
     double seconds_before = 0, wait_epoch = 0;
-    if (epoch == start_.epoch && first_step > 0) {
+    if (resumed) {
       seconds_before = start_.so_far.seconds;
       wait_epoch = start_.so_far.wait_seconds;
       if (lead()) {  // sums over all ranks already: the others add zeros
@@ -245,7 +263,7 @@ Status Trainer::Run(TrainResult* result) {
     auto t_epoch = std::chrono::steady_clock::now(), t_log = t_epoch;
     int64_t step = first_step;
     bool stopped = false;
-    for (; step < steps_per_epoch; ++step) {
+    for (; step < epoch_steps; ++step) {
       if (o_.max_steps > 0 && global_step_ >= o_.max_steps) {
         stopped = true;
         break;
@@ -310,6 +328,7 @@ Status Trainer::Run(TrainResult* result) {
       es.optimizer_seconds = phases_.optimizer;
     }
     if (dist_) ReduceMeter(&epoch_meter);
+    es.samples = epoch_meter.samples;
     es.samples_per_second = epoch_meter.samples / std::max(1e-9, es.seconds);
     if (epoch_meter.samples > 0) {
       es.train_loss = epoch_meter.loss_sum.item<double>() / epoch_meter.samples;

@@ -58,7 +58,10 @@ struct EpochSoFar {
 
 struct Checkpoint {
   int64_t epoch = 0;          // the epoch to continue
-  int64_t step_in_epoch = 0;  // optimizer steps of that epoch already done
+  int64_t step_in_epoch = 0;  // optimizer steps of that epoch already done (after epoch_skip)
+  // The samples of the epoch's permutation skipped at its start (an epoch
+  // continued by an elastic resume, Loader::StartEpoch's skip); 0 else.
+  int64_t epoch_skip = 0;
   int64_t global_step = 0;
   double scale = 1;
   int64_t growth_tracker = 0, skipped = 0;
@@ -202,6 +205,12 @@ class Trainer {
   int64_t optimizer_state_ = 0;  // bytes, added to each batch-size trial's peak
   std::string resume_dir_;  // the checkpoint --resume reads (FindCheckpoint)
   Checkpoint start_;        // where this run starts (a resumed checkpoint or zero)
+  // An elastic resume: the checkpoint was made with another WORLD_SIZE,
+  // --batch-size or --accum-steps; its epoch continues after the samples
+  // the whole job had consumed (start_consumed_).
+  bool elastic_ = false;
+  uint64_t start_consumed_ = 0;
+  int64_t epoch_now_ = -1, epoch_skip_ = 0;  // the epoch in progress and its skip
   int64_t global_step_ = 0;
   bool first_batch_checked_ = false;
   PhaseClock clock_;   // --profile

@@ -516,3 +516,70 @@ TEST_CASE("kiln train runs with passive OpenMP waits and malloc keeping freed me
   REQUIRE(RunCommand("env GLIBC_TUNABLES=glibc.malloc.arena_max=2 " + cmd, &out) == 0);
   CHECK(out.find("GLIBC_TUNABLES=glibc.malloc.arena_max=2\n") != std::string::npos);
 }
+
+TEST_CASE(
+    "an elastic resume: 2 ranks of batch 16 stopped mid-epoch, resumed by one process of batch 32, "
+    "train as one process of batch 32 throughout",
+    "[train][dist]") {
+  TempDir dir;
+  if (!BuildSampleCaches(dir)) return;
+  const std::string common =
+      " --model mlp --epochs 2 --schedule cosine --lr 0.1 --momentum 0.9"
+      " --precision fp32 --device cpu --log-every 0";
+  if (!TrainTwoRanks(dir, " --data " + dir / "train" + common +
+                              " --batch-size 16 --max-steps 3 --save " + dir / "ck"))
+    return;
+  REQUIRE(ReadFile(dir / "ck/state.json").find("\"step_in_epoch\": 3") != std::string::npos);
+  auto single = [&](const std::string& out, const std::string& resume, int64_t max_steps,
+                    std::ostringstream* log) {
+    TrainOptions o = Quiet(dir / "train", log);
+    o.model = "mlp";
+    o.epochs = 2;
+    o.schedule = LrSchedule::kCosine;
+    o.lr = 0.1;
+    o.momentum = 0.9;
+    o.batch_size = 32;
+    o.max_steps = max_steps;
+    o.resume = resume;
+    o.save = dir / (out + "-ck");
+    o.export_path = dir / (out + ".pt");
+    TrainResult r;
+    const Status s = Train(o, &r);
+    INFO(s.ToString() << "\n" << log->str());
+    REQUIRE(s.ok());
+    return r;
+  };
+  // Into the second epoch: the first one's rest, then a whole epoch.
+  std::ostringstream resumed_log, whole_log;
+  const TrainResult resumed = single("resumed", dir / "ck", 14, &resumed_log);
+  CHECK_THAT(resumed_log.str(),
+             Catch::Contains("resume elastic: made with WORLD_SIZE=2, batch 16 x 1 accumulation; "
+                             "this run has 1, 32 x 1: epoch 1 continues after 96 of its"));
+  const TrainResult whole = single("whole", "", 14, &whole_log);
+  CHECK(resumed.steps == whole.steps);
+  CHECK(MaxDifference(LoadTensors(dir / "resumed.pt"), LoadTensors(dir / "whole.pt")) < 1e-5);
+  // The first epoch's loss and accuracy are the whole epoch's, in both.
+  REQUIRE(resumed.epochs.size() >= 1);
+  REQUIRE(whole.epochs.size() >= 1);
+  CHECK(resumed.epochs[0].train_loss == Approx(whole.epochs[0].train_loss).epsilon(1e-4));
+  CHECK(resumed.epochs[0].samples == 288);  // 9 steps of 32 of the 300
+  CHECK(whole.epochs[0].samples == 288);
+
+  // Resumed with half the global batch (one process of 16): the epoch's
+  // other 204 samples in 12 steps of 16 (the last 12 dropped, as
+  // DistributedSampler + drop_last do), each once - not from step 3 of 16.
+  std::ostringstream half_log;
+  TrainOptions half = Quiet(dir / "train", &half_log);
+  half.model = "mlp";
+  half.epochs = 1;
+  half.batch_size = 16;
+  half.resume = dir / "ck";
+  TrainResult r;
+  const Status s = Train(half, &r);
+  INFO(s.ToString() << "\n" << half_log.str());
+  REQUIRE(s.ok());
+  CHECK_THAT(half_log.str(), Catch::Contains("epoch 1 continues after 96 of its 300 samples"));
+  REQUIRE(r.epochs.size() == 1);
+  CHECK(r.epochs[0].samples == 96 + 12 * 16);
+  CHECK(r.steps == 96 / 16 + 12);  // counted in this run's steps of 16
+}

@@ -84,7 +84,7 @@ class TensorLoader {
                        int64_t* data_bytes, int64_t* labels);
   ~TensorLoader();  // hands the ring back
 
-  Status StartEpoch(uint64_t epoch, uint64_t start_batch = 0);
+  Status StartEpoch(uint64_t epoch, uint64_t start_batch = 0, uint64_t skip = 0);
   // The next batch: inputs [B, C, H, W] (or the record shape with B first),
   // labels int64 [B]. NotFound at the end of the epoch; a record's error as
   // Loader::Next gives it; IOError when the copy to the device fails. Memory

@@ -114,6 +114,9 @@ struct EpochStats {
   double train_loss = 0, train_acc = 0;
   double val_loss = -1, val_top1 = -1, val_top5 = -1;  // -1 = not evaluated
   double seconds = 0, data_wait_seconds = 0, samples_per_second = 0;
+  // Samples trained on in the epoch, by all ranks (a resumed epoch's part
+  // before the checkpoint included).
+  int64_t samples = 0;
   // With TrainOptions::profile, the epoch's training seconds by phase (of
   // this run: a resumed epoch counts from the resume); -1 otherwise. The
   // forward phase includes the loss, the optimizer phase the gradient
