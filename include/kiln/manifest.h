@@ -125,6 +125,12 @@ inline constexpr char kBoxesFieldName[] = "boxes";
 bool IsMaskField(const FieldSpec& f, const FieldSpec& image);
 bool IsBoxesField(const FieldSpec& f);
 
+// Whether the n fields of record `index` fit the declared `specs` (and,
+// with `within_max`, the largest sizes the specs record): InvalidArgument
+// naming the record and the field otherwise.
+Status CheckFieldsFit(const std::vector<FieldSpec>& specs, uint64_t index, const FieldData* fields,
+                      int n, bool within_max = false);
+
 // Sets a format 1 manifest's fields from its dtype and shape: "image" and
 // "label" (int64 scalar), image_field 0, label_field 1.
 void SetFormat1Fields(Manifest* m);

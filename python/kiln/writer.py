@@ -167,7 +167,21 @@ def write_dataset(dataset, path, fields, workers=0, strict=False, progress=True,
     writer_args.setdefault("dataset", type(dataset).__name__)
     os.makedirs(path, exist_ok=True)
     skipped = _read_skipped(path) if resume else {}
-    writer = Writer(path, fields, resume=resume, **writer_args)
+    # The workers are forked before the writer opens the cache: a child
+    # forked later would share the cache's lock (and LMDB's files), and a
+    # worker still dying after a kill would keep the next run out.
+    pool = None
+    if workers > 0:
+        import multiprocessing
+        pool = multiprocessing.get_context("fork").Pool(
+            workers, initializer=_init_worker, initargs=(dataset,))
+    try:
+        writer = Writer(path, fields, resume=resume, **writer_args)
+    except BaseException:
+        if pool is not None:
+            pool.terminate()
+            pool.join()
+        raise
     # The dataset position after the committed records: records are the
     # indices not skipped, in order (a skip is logged before any later
     # record is written, so the log covers every committed record's past).
@@ -178,6 +192,9 @@ def write_dataset(dataset, path, fields, workers=0, strict=False, progress=True,
         start += 1
     if records != writer.next_index:
         writer._native.abandon()
+        if pool is not None:
+            pool.terminate()
+            pool.join()
         raise ValueError("%s holds %d records but the dataset has only %d samples left after "
                          "%d skipped: it was written from another dataset; remove it"
                          % (path, writer.next_index, records, len(skipped)))
@@ -196,14 +213,10 @@ def write_dataset(dataset, path, fields, workers=0, strict=False, progress=True,
         log.flush()
         os.fsync(log.fileno())
 
-    pool = None
     t0, last = time.monotonic(), 0.0
     try:
         indices = range(start, n)
-        if workers > 0:
-            import multiprocessing
-            pool = multiprocessing.get_context("fork").Pool(
-                workers, initializer=_init_worker, initargs=(dataset,))
+        if pool is not None:
             results = pool.imap(_load_in_worker, indices, chunksize=chunksize)
         else:
             results = (_load(dataset, i) for i in indices)

@@ -178,6 +178,37 @@ std::string MetaDigest(const json& classes, const json& preprocessing) {
 }
 }  // namespace
 
+// Whether the n fields of record `index` fit the declared `specs` (and,
+// with `within_max`, the largest sizes the specs record): InvalidArgument
+// naming the record and the field otherwise.
+Status CheckFieldsFit(const std::vector<FieldSpec>& specs, uint64_t index, const FieldData* fields,
+                      int n, bool within_max) {
+  if (n != static_cast<int>(specs.size()))
+    return Status::InvalidArgument("record " + std::to_string(index) + " has " + std::to_string(n) +
+                                   " fields, the cache declares " + std::to_string(specs.size()));
+  for (int f = 0; f < n; ++f) {
+    const FieldSpec& spec = specs[f];
+    const FieldData& d = fields[f];
+    uint64_t elements = 1;
+    bool bounded = d.shape.ndim >= 0 && d.shape.ndim <= kMaxDims;
+    for (int i = 0; bounded && i < d.shape.ndim; ++i) {
+      // A dim may be 0 (an empty field: no boxes in this image).
+      bounded = d.shape.dims[i] == 0 || elements <= kMaxRecordElements / d.shape.dims[i];
+      if (bounded) elements *= d.shape.dims[i];
+      if (within_max) bounded = bounded && d.shape.dims[i] <= spec.max_dims[i];
+    }
+    if (!bounded || !spec.Admits(d.dtype, d.shape))
+      return Status::InvalidArgument(
+          "record " + std::to_string(index) + ", field '" + spec.name + "': " + DTypeName(d.dtype) +
+          " " + d.shape.ToString() + " does not fit its declaration " + DTypeName(spec.dtype) +
+          " " + spec.ShapeText() + (within_max ? " within the sizes the cache records" : ""));
+    if (d.data == nullptr && elements > 0)
+      return Status::InvalidArgument("record " + std::to_string(index) + ", field '" + spec.name +
+                                     "': no data");
+  }
+  return Status::OK();
+}
+
 bool IsMaskField(const FieldSpec& f, const FieldSpec& image) {
   const bool spatial = image.ndim == 3 && (f.ndim == 2 || (f.ndim == 3 && f.dims[0] > 0)) &&
                        f.dims[f.ndim - 2] == image.dims[1] && f.dims[f.ndim - 1] == image.dims[2];
