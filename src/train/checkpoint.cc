@@ -301,7 +301,7 @@ std::string DescribeGroups(const std::vector<std::vector<std::string>>& groups) 
 // that decide the model, the sample order and augmentation, and the
 // optimizer's state, which optimizer.pt holds per group by position.
 // WORLD_SIZE, --batch-size (the one used, chosen when automatic) and
-// --accum-steps are recorded too, but may change (kElastic): the epoch then
+// --accum-steps are recorded too, but may change (IsElastic): the epoch then
 // continues with the samples the whole job had not consumed. Everything
 // else may change on resume: --epochs to extend the training, --lr and the
 // schedule, logging and outputs, threads.
@@ -344,7 +344,7 @@ Status Trainer::ReadResume() {
   for (const auto& [option, value] : now.items()) {
     if (!start_.settings.contains(option)) continue;  // an older checkpoint
     const json& then = start_.settings.at(option);
-    if (IsElastic(option)) continue;  // compared in ElasticStart, once the batch is known
+    if (IsElastic(option)) continue;  // compared in RestoreOptimizer, once the batch is known
     // --lr-head's rate may change like --lr's; whether the head has an
     // optimizer group of its own may not.
     const bool same =

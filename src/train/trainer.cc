@@ -212,7 +212,10 @@ Status Trainer::Run(TrainResult* result) {
                    static_cast<int64_t>(start_consumed_) /
                        (batch_ * o_.accum_steps * (dist_ ? dist_->world() : 1));
   for (int64_t epoch = start_.epoch; epoch < o_.epochs; ++epoch) {
-    const bool resumed = epoch == start_.epoch && start_.step_in_epoch > 0;
+    // Resumed inside the epoch: after some of its steps, or at step 0 of an
+    // epoch an elastic resume had begun after a skip.
+    const bool resumed =
+        epoch == start_.epoch && (start_.step_in_epoch > 0 || start_.epoch_skip > 0);
     // A resume continues its epoch at its step, after the epoch's skip; an
     // elastic one after the samples consumed, from this run's step 0.
     int64_t first_step = resumed && !elastic_ ? start_.step_in_epoch : 0;

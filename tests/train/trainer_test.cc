@@ -582,4 +582,29 @@ TEST_CASE(
   REQUIRE(r.epochs.size() == 1);
   CHECK(r.epochs[0].samples == 96 + 12 * 16);
   CHECK(r.steps == 96 / 16 + 12);  // counted in this run's steps of 16
+
+  // Stopped again at once (--max-steps reached at the elastic epoch's step
+  // 0), then resumed with the same settings: the checkpoint keeps the
+  // epoch's skip and its earlier samples, and the epoch still adds up.
+  std::ostringstream stop_log, again_log;
+  TrainOptions stop = Quiet(dir / "train", &stop_log);
+  stop.model = "mlp";
+  stop.epochs = 1;
+  stop.batch_size = 16;
+  stop.resume = dir / "ck";
+  stop.max_steps = 96 / 16;
+  stop.save = dir / "ck2";
+  REQUIRE(Train(stop, &r).ok());
+  CHECK(ReadFile(dir / "ck2/state.json").find("\"epoch_skip\": 96") != std::string::npos);
+  TrainOptions again = Quiet(dir / "train", &again_log);
+  again.model = "mlp";
+  again.epochs = 1;
+  again.batch_size = 16;
+  again.resume = dir / "ck2";
+  const Status s2 = Train(again, &r);
+  INFO(s2.ToString() << "\n" << again_log.str());
+  REQUIRE(s2.ok());
+  REQUIRE(r.epochs.size() == 1);
+  CHECK(r.epochs[0].samples == 96 + 12 * 16);
+  CHECK(r.steps == 96 / 16 + 12);
 }
