@@ -398,10 +398,8 @@ class Builder {
     const std::string path = RawName(e.path), prefix = src_.root + "/";
     if (path.compare(0, prefix.size(), prefix) != 0) return false;
     const std::string rel = path.substr(prefix.size());
-    const auto it = std::lower_bound(
-        src_.items.begin(), src_.items.end(), rel,
-        [](const SourceItem& item, const std::string& r) { return item.rel_path < r; });
-    if (it == src_.items.end() || it->rel_path != rel) return false;
+    const SourceItem* it = FindSource(src_, rel);
+    if (it == nullptr) return false;
     Preprocessor::Scratch scratch;
     std::vector<uint8_t> record(pre.record_bytes());
     Shape shape;

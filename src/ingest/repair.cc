@@ -1,6 +1,5 @@
 #include "repair.h"
 
-#include <algorithm>
 #include <map>
 #include <set>
 
@@ -76,14 +75,12 @@ Status RepairCache(const std::string& dir, const SourceList& src, const Preproce
     RecordFix fix;
     fix.index = idx;
     if (v2) {
-      auto listed = std::lower_bound(
-          src.items.begin(), src.items.end(), item->rel_path,
-          [](const SourceItem& a, const std::string& path) { return a.rel_path < path; });
-      if (listed == src.items.end() || listed->rel_path != item->rel_path)
+      const SourceItem* listed = FindSource(src, item->rel_path);
+      if (listed == nullptr)
         return Status::Corruption(dir + ": record " + std::to_string(idx) + "'s source " +
                                   EscapeName(item->rel_path) +
                                   " is no longer listed; rebuild with --force");
-      item = &*listed;
+      item = listed;
       KILN_RETURN_IF_ERROR(RemakeRecord(src, pre, *item, &scratch, &out).WithContext(where));
       fix.fields.assign(out.fields, out.fields + out.num_fields);
     } else {

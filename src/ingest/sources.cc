@@ -477,6 +477,13 @@ Status ParseSourceList(std::istream& in, const std::string& list_path, const std
   return Status::OK();
 }
 
+const SourceItem* FindSource(const SourceList& list, const std::string& rel_path) {
+  const auto it = std::lower_bound(
+      list.items.begin(), list.items.end(), rel_path,
+      [](const SourceItem& item, const std::string& r) { return item.rel_path < r; });
+  return it == list.items.end() || it->rel_path != rel_path ? nullptr : &*it;
+}
+
 std::string MaskRelPath(const std::string& rel_path) {
   return fs::path(rel_path).replace_extension(".png").string();
 }

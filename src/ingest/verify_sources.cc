@@ -150,10 +150,8 @@ Status VerifyWithSources(const std::string& dir, const VerifyOptions& options, S
         if (m.format_version == kFormatVersion2) {
           // Every field, made as the build made it, from today's listing
           // (a CSV's labels and targets are not in sources.tsv).
-          auto listed = std::lower_bound(
-              now.items.begin(), now.items.end(), it.rel_path,
-              [](const SourceItem& a, const std::string& path) { return a.rel_path < path; });
-          if (listed == now.items.end() || listed->rel_path != it.rel_path) continue;  // removed
+          const SourceItem* listed = FindSource(now, it.rel_path);
+          if (listed == nullptr) continue;  // removed (reported above)
           Status ps = RemakeRecord(now, pre, *listed, &scratch, &made);
           if (!ps.ok()) {
             problem(rec, it.rel_path, "cannot preprocess the source again: " + ps.message());

@@ -519,16 +519,21 @@ TEST_CASE("an epoch started after `skip` samples covers the rest once, over any 
   auto txn = f.reader->BeginRead();
   // Two ranks of batch 4 took 5 batches each: the job consumed the first 40
   // samples of epoch 1's permutation.
+  // Rank r of `world`, batch `batch`, seed 3, shuffled.
+  auto rank_options = [](uint64_t batch, int r, int world) {
+    LoaderOptions o;
+    o.batch_size = batch;
+    o.seed = 3;
+    o.rank = r;
+    o.world_size = world;
+    o.shuffle = true;
+    return o;
+  };
   std::vector<uint64_t> consumed;
   uint64_t skip = 0;
   for (int r = 0; r < 2; ++r) {
-    LoaderOptions o;
-    o.batch_size = 4;
-    o.seed = 3;
-    o.rank = r;
-    o.world_size = 2;
     Ring ring(2, 4, 32);
-    auto l = MakeLoader(f.reader.get(), o, &ring);
+    auto l = MakeLoader(f.reader.get(), rank_options(4, r, 2), &ring);
     const std::vector<uint64_t> order = l->EpochOrder(1);
     consumed.insert(consumed.end(), order.begin(), order.begin() + 20);
     skip = l->Consumed(0, 5);
@@ -537,14 +542,8 @@ TEST_CASE("an epoch started after `skip` samples covers the rest once, over any 
   // Three ranks of batch 5 go on from there: 63 samples, 21 each.
   std::vector<uint64_t> rest;
   for (int r = 0; r < 3; ++r) {
-    LoaderOptions o;
-    o.batch_size = 5;
-    o.seed = 3;
-    o.rank = r;
-    o.world_size = 3;
-    o.shuffle = true;
     Ring ring(2, 5, 32);
-    auto l = MakeLoader(f.reader.get(), o, &ring);
+    auto l = MakeLoader(f.reader.get(), rank_options(5, r, 3), &ring);
     const std::vector<uint64_t> order = l->EpochOrder(1, skip);
     CHECK(order.size() == 21);
     Epoch e = RunEpoch(l.get(), &ring, 1, 0, skip);

@@ -92,6 +92,9 @@ Status ReadSourceList(const std::string& root, const std::string& list_path, Sou
 Status ListSources(const std::string& root, const std::string& list_file, SourceList* out,
                    const std::string& skip = "");
 
+// The item of `list` at `rel_path` (items are sorted by it), or nullptr.
+const SourceItem* FindSource(const SourceList& list, const std::string& rel_path);
+
 // XXH3 digest (hex) of the sorted (path, label, size, mtime) list.
 std::string SourceDigest(const SourceList& list);
 
