@@ -67,184 +67,38 @@ SamplePlan PlanSample(const LoaderOptions& o, uint32_t size, uint64_t epoch, uin
   return p;
 }
 
-SampleWriter::SampleWriter(int channels, DType out, const std::vector<double>& mean,
-                           const std::vector<double>& std)
-    : channels_(channels), out_(out) {
-  float m[4] = {0, 0, 0, 0}, sd[4] = {1, 1, 1, 1};
-  for (int c = 0; c < channels && c < 4; ++c) {
-    if (static_cast<size_t>(c) < mean.size()) m[c] = static_cast<float>(mean[c]);
-    if (static_cast<size_t>(c) < std.size()) sd[c] = static_cast<float>(std[c]);
-  }
-  NormalizeTable(m, sd, std::min(channels, 4), table_);
-  std::copy(m, m + 4, mean_);
-  std::copy(sd, sd + 4, std_);
-  for (int c = 0; c < std::min(channels, 4); ++c)
-    for (int v = 0; v < 256; ++v) half_[c][v] = FloatToHalf(table_[c][v]);
-}
-
-void SampleWriter::Reserve(int max_h, int max_w, int max_out) {
-  const size_t c = static_cast<size_t>(channels_);
-  const size_t h = std::max(max_h, 1), w = std::max(max_w, 1), out = std::max(max_out, 1);
-  box_.reserve(h * w * c);
-  resized_.reserve(out * out * c);
-  rows_.reserve(out * c);
-  // A resampled axis of n <= max_out outputs reads ksize <= 2 x ceil(in /
-  // out) + 1 taps each (outputs are at least 1 pixel); the horizontal pass
-  // covers at most every input row.
-  const size_t in = std::max(h, w), k = 2 * in + 3;
-  for (image::internal::AxisTaps* t : {&scratch_.horizontal, &scratch_.vertical}) {
-    t->first.reserve(out);
-    t->count.reserve(out);
-    t->weights.reserve(out * k);
-    t->work.reserve(k);
-  }
-  scratch_.temp.reserve(h * out * c);
-  scratch_.madd.reserve((out + 1) / 2 * 3 * 2 * 16);
-  scratch_.acc.reserve(out * c);
-  scratch_.rows.reserve(k);
-}
-
 namespace {
 
 // The SIMD kernels below exist for x86-64 only and are chosen at run time
 // by what the CPU supports (and UseSampleKernels); each gives exactly the
-// portable code's values (the same IEEE float operations; shuffles move
-// bytes).
+// portable code's values.
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define KILN_SAMPLE_X86 1
 #endif
 
 std::atomic<bool> g_simd{true};
 
-struct Cpu {
-  bool ssse3 = false, avx2_f16c = false;
-};
-const Cpu& Features() {
-  static const Cpu cpu = [] {
-    Cpu c;
+bool Avx2F16cFma() {
+  static const bool cpu = [] {
 #ifdef KILN_SAMPLE_X86
     __builtin_cpu_init();
-    c.ssse3 = __builtin_cpu_supports("ssse3");
-    c.avx2_f16c = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") &&
+           __builtin_cpu_supports("fma");
+#else
+    return false;
 #endif
-    return c;
   }();
-  return cpu;
-}
-bool Ssse3() { return g_simd.load(std::memory_order_relaxed) && Features().ssse3; }
-bool Avx2F16c() { return g_simd.load(std::memory_order_relaxed) && Features().avx2_f16c; }
-
-// Three planes' n bytes interleaved into RGBRGB... (n pixels).
-void Interleave3(const uint8_t* a, const uint8_t* b, const uint8_t* c, int n, uint8_t* out);
-// n pixels of RGBRGB... split into three planes, each written mirrored
-// (out[n - 1 - x]) when `flip`.
-void Deinterleave3(const uint8_t* in, int n, bool flip, uint8_t* a, uint8_t* b, uint8_t* c);
-
-void Interleave3Portable(const uint8_t* a, const uint8_t* b, const uint8_t* c, int x, int n,
-                         uint8_t* out) {
-  for (; x < n; ++x) {
-    out[3 * x] = a[x];
-    out[3 * x + 1] = b[x];
-    out[3 * x + 2] = c[x];
-  }
-}
-
-void Deinterleave3Portable(const uint8_t* in, int x, int n, bool flip, uint8_t* a, uint8_t* b,
-                           uint8_t* c) {
-  for (; x < n; ++x) {
-    const int o = flip ? n - 1 - x : x;
-    a[o] = in[3 * x];
-    b[o] = in[3 * x + 1];
-    c[o] = in[3 * x + 2];
-  }
+  return cpu && g_simd.load(std::memory_order_relaxed);
 }
 
 #ifdef KILN_SAMPLE_X86
-// pshufb masks: byte i of the result takes byte mask[i] of the source
-// (-1: zero). Interleaving 16 pixels: output block k (16 bytes) takes
-// from plane p the bytes whose position 3x+p falls in it.
-struct Masks {
-  int8_t in[3][3][16];   // [output block][plane][byte]
-  int8_t out[3][3][16];  // [plane][input block][byte]
-  int8_t reverse[16];
-};
-const Masks& ShuffleMasks() {
-  static const Masks m = [] {
-    Masks k;
-    for (int blk = 0; blk < 3; ++blk)
-      for (int p = 0; p < 3; ++p)
-        for (int i = 0; i < 16; ++i) {
-          const int pos = blk * 16 + i;  // position in the interleaved 48 bytes
-          k.in[blk][p][i] = static_cast<int8_t>(pos % 3 == p ? pos / 3 : -1);
-        }
-    for (int p = 0; p < 3; ++p)
-      for (int blk = 0; blk < 3; ++blk)
-        for (int x = 0; x < 16; ++x) {
-          const int pos = 3 * x + p;  // where pixel x's plane-p byte lies
-          k.out[p][blk][x] = static_cast<int8_t>(pos / 16 == blk ? pos % 16 : -1);
-        }
-    for (int i = 0; i < 16; ++i) k.reverse[i] = static_cast<int8_t>(15 - i);
-    return k;
-  }();
-  return m;
-}
-
-__attribute__((target("ssse3"))) void Interleave3Ssse3(const uint8_t* a, const uint8_t* b,
-                                                       const uint8_t* c, int n, uint8_t* out) {
-  const Masks& m = ShuffleMasks();
-  __m128i k[3][3];
-  for (int blk = 0; blk < 3; ++blk)
-    for (int p = 0; p < 3; ++p)
-      k[blk][p] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(m.in[blk][p]));
-  int x = 0;
-  for (; x + 16 <= n; x += 16) {
-    const __m128i va = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a + x));
-    const __m128i vb = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + x));
-    const __m128i vc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(c + x));
-    for (int blk = 0; blk < 3; ++blk) {
-      const __m128i o = _mm_or_si128(
-          _mm_or_si128(_mm_shuffle_epi8(va, k[blk][0]), _mm_shuffle_epi8(vb, k[blk][1])),
-          _mm_shuffle_epi8(vc, k[blk][2]));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 3 * x + 16 * blk), o);
-    }
-  }
-  Interleave3Portable(a, b, c, x, n, out);
-}
-
-__attribute__((target("ssse3"))) void Deinterleave3Ssse3(const uint8_t* in, int n, bool flip,
-                                                         uint8_t* a, uint8_t* b, uint8_t* c) {
-  const Masks& m = ShuffleMasks();
-  __m128i k[3][3];
-  for (int p = 0; p < 3; ++p)
-    for (int blk = 0; blk < 3; ++blk)
-      k[p][blk] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(m.out[p][blk]));
-  const __m128i rev = _mm_loadu_si128(reinterpret_cast<const __m128i*>(m.reverse));
-  uint8_t* planes[3] = {a, b, c};
-  int x = 0;
-  for (; x + 16 <= n; x += 16) {
-    const __m128i v0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 3 * x));
-    const __m128i v1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 3 * x + 16));
-    const __m128i v2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 3 * x + 32));
-    for (int p = 0; p < 3; ++p) {
-      __m128i o =
-          _mm_or_si128(_mm_or_si128(_mm_shuffle_epi8(v0, k[p][0]), _mm_shuffle_epi8(v1, k[p][1])),
-                       _mm_shuffle_epi8(v2, k[p][2]));
-      if (flip) {
-        o = _mm_shuffle_epi8(o, rev);
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(planes[p] + n - 16 - x), o);
-      } else {
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(planes[p] + x), o);
-      }
-    }
-  }
-  Deinterleave3Portable(in, x, n, flip, a, b, c);
-}
-
-// (v / 255 - mean) / std of n uint8 values, as float32 or IEEE half.
-__attribute__((target("avx2,f16c"))) int NormalizeAvx2(const uint8_t* in, int n, float mean,
-                                                       float std, bool half, void* out) {
+// (v / 255 - mean) / std of n uint8 values, as float32 or IEEE half: the
+// table's float operations, two divisions per value.
+__attribute__((target("avx2,f16c"))) size_t NormalizeDivAvx2(const uint8_t* in, size_t n,
+                                                             float mean, float std, bool half,
+                                                             void* out) {
   const __m256 k255 = _mm256_set1_ps(255.0f), m = _mm256_set1_ps(mean), sd = _mm256_set1_ps(std);
-  int x = 0;
+  size_t x = 0;
   for (; x + 8 <= n; x += 8) {
     const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(in + x));
     const __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b));
@@ -258,137 +112,125 @@ __attribute__((target("avx2,f16c"))) int NormalizeAvx2(const uint8_t* in, int n,
   }
   return x;
 }
-#endif
 
-void Interleave3(const uint8_t* a, const uint8_t* b, const uint8_t* c, int n, uint8_t* out) {
-#ifdef KILN_SAMPLE_X86
-  if (Ssse3()) return Interleave3Ssse3(a, b, c, n, out);
-#endif
-  Interleave3Portable(a, b, c, 0, n, out);
-}
-
-void Deinterleave3(const uint8_t* in, int n, bool flip, uint8_t* a, uint8_t* b, uint8_t* c) {
-#ifdef KILN_SAMPLE_X86
-  if (Ssse3()) return Deinterleave3Ssse3(in, n, flip, a, b, c);
-#endif
-  Deinterleave3Portable(in, 0, n, flip, a, b, c);
-}
-
-// Writes the HWC window `in` (size x size x channels) into dst as CHW,
-// mirrored when `flip`, each value through `map`.
-template <typename T, typename Map>
-void Relayout(const uint8_t* in, int oh, int ow, int channels, bool flip, T* dst, Map map) {
-  const size_t plane = static_cast<size_t>(oh) * ow;
-  for (int c = 0; c < channels; ++c) {
-    T* out = dst + c * plane;
-    for (int y = 0; y < oh; ++y) {
-      const uint8_t* row = in + static_cast<size_t>(y) * ow * channels + c;
-      T* o = out + static_cast<size_t>(y) * ow;
-      if (!flip) {
-        for (int x = 0; x < ow; ++x) o[x] = map(c, row[x * channels]);
-      } else {
-        for (int x = 0; x < ow; ++x) o[ow - 1 - x] = map(c, row[x * channels]);
-      }
-    }
+// fma(v, scale, shift) of n uint8 values to IEEE half, 16 per step: used
+// only where it gives the table's half for each of the 256 values (the
+// constructor checks them all), so the bytes are the table's.
+__attribute__((target("avx2,f16c,fma"))) size_t NormalizeFmaHalfAvx2(const uint8_t* in, size_t n,
+                                                                     float scale, float shift,
+                                                                     uint16_t* out) {
+  const __m256 a = _mm256_set1_ps(scale), b = _mm256_set1_ps(shift);
+  size_t x = 0;
+  for (; x + 16 <= n; x += 16) {
+    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + x));
+    const __m256 v0 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes));
+    const __m256 v1 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(bytes, 8)));
+    const __m128i h0 =
+        _mm256_cvtps_ph(_mm256_fmadd_ps(v0, a, b), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m128i h1 =
+        _mm256_cvtps_ph(_mm256_fmadd_ps(v1, a, b), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + x), _mm256_set_m128i(h1, h0));
   }
+  return x;
 }
+#endif
 
 }  // namespace
 
-void SampleWriter::Write(const uint8_t* src, int h, int w, const SamplePlan& plan, int oh, int ow,
-                         void* dst) {
-  const int c_count = channels_;
-  const CropBox& b = plan.source;
-  // The source box, interleaved (HWC) for the resampler's kernels.
-  box_.resize(static_cast<size_t>(b.width) * b.height * c_count);
-  const size_t plane = static_cast<size_t>(h) * w;
-  for (int y = 0; y < b.height; ++y) {
-    uint8_t* row = box_.data() + static_cast<size_t>(y) * b.width * c_count;
-    const size_t at = static_cast<size_t>(b.top + y) * w + b.left;
-    if (c_count == 1) {
-      std::memcpy(row, src + at, b.width);
-    } else if (c_count == 3) {
-      Interleave3(src + at, src + plane + at, src + 2 * plane + at, b.width, row);
-    } else {
-      for (int c = 0; c < c_count; ++c) {
-        const uint8_t* in = src + c * plane + at;
-        for (int x = 0; x < b.width; ++x) row[x * c_count + c] = in[x];
-      }
-    }
+SampleWriter::SampleWriter(int channels, DType out, const std::vector<double>& mean,
+                           const std::vector<double>& std)
+    : channels_(channels), out_(out) {
+  float m[4] = {0, 0, 0, 0}, sd[4] = {1, 1, 1, 1};
+  for (int c = 0; c < channels && c < 4; ++c) {
+    if (static_cast<size_t>(c) < mean.size()) m[c] = static_cast<float>(mean[c]);
+    if (static_cast<size_t>(c) < std.size()) sd[c] = static_cast<float>(std[c]);
   }
-  // Resized and cut to the output window; zeros where it pads.
-  const int vx0 = std::max(plan.x0, 0), vx1 = std::min(plan.x0 + ow, plan.resized_w);
-  const int vy0 = std::max(plan.y0, 0), vy1 = std::min(plan.y0 + oh, plan.resized_h);
-  const size_t stride = static_cast<size_t>(ow) * c_count;
-  const bool padded =
-      vx0 - plan.x0 > 0 || vy0 - plan.y0 > 0 || vx1 - plan.x0 < ow || vy1 - plan.y0 < oh;
-  if (padded) {
-    resized_.assign(stride * oh, 0);
-  } else {
-    resized_.resize(stride * oh);
-  }
-  if (vx1 > vx0 && vy1 > vy0) {
-    uint8_t* at = resized_.data() + static_cast<size_t>(vy0 - plan.y0) * stride +
-                  static_cast<size_t>(vx0 - plan.x0) * c_count;
-    image::internal::ResampleRegion(box_.data(), b.width, b.height, c_count, b.width, b.height,
-                                    plan.resized_w, plan.resized_h, vx0, vy0, vx1 - vx0, vy1 - vy0,
-                                    at, stride, &scratch_);
-  }
-  if (c_count == 3) {
-    WriteThreeChannels(oh, ow, plan.flip, dst);
-    return;
-  }
-  switch (out_) {
-    case DType::kFloat32:
-      Relayout(resized_.data(), oh, ow, c_count, plan.flip, static_cast<float*>(dst),
-               [this](int c, uint8_t v) { return table_[c][v]; });
-      break;
-    case DType::kFloat16:
-      Relayout(resized_.data(), oh, ow, c_count, plan.flip, static_cast<uint16_t*>(dst),
-               [this](int c, uint8_t v) { return half_[c][v]; });
-      break;
-    default:
-      Relayout(resized_.data(), oh, ow, c_count, plan.flip, static_cast<uint8_t*>(dst),
-               [](int, uint8_t v) { return v; });
-      break;
+  NormalizeTable(m, sd, std::min(channels, 4), table_);
+  std::copy(m, m + 4, mean_);
+  std::copy(sd, sd + 4, std_);
+  for (int c = 0; c < std::min(channels, 4); ++c) {
+    for (int v = 0; v < 256; ++v) half_[c][v] = FloatToHalf(table_[c][v]);
+    // One fused multiply-add in place of the two divisions, where it rounds
+    // to the same half for every one of the 256 values.
+    scale_[c] = static_cast<float>(1.0 / (255.0 * static_cast<double>(sd[c])));
+    shift_[c] = static_cast<float>(-static_cast<double>(m[c]) / static_cast<double>(sd[c]));
+    fma_half_[c] = true;
+    for (int v = 0; v < 256 && fma_half_[c]; ++v)
+      fma_half_[c] =
+          FloatToHalf(std::fma(static_cast<float>(v), scale_[c], shift_[c])) == half_[c][v];
   }
 }
 
-// The output of an RGB window: each row split into its planes (mirrored
-// when flipped), straight into dst for uint8, else through a row of planes
-// normalized into dst.
-void SampleWriter::WriteThreeChannels(int oh, int ow, bool flip, void* dst) {
+void SampleWriter::Reserve(int max_h, int max_w, int max_out) {
+  const size_t c = static_cast<size_t>(channels_);
+  const size_t h = std::max(max_h, 1), w = std::max(max_w, 1), out = std::max(max_out, 1);
+  resized_.reserve(out * out * c);
+  // A resampled axis of n <= max_out outputs reads ksize <= 2 x ceil(in /
+  // out) + 1 taps each (outputs are at least 1 pixel); the horizontal pass
+  // covers at most every input row.
+  const size_t in = std::max(h, w), k = 2 * in + 3;
+  for (image::internal::AxisTaps* t : {&scratch_.horizontal, &scratch_.vertical}) {
+    t->first.reserve(out);
+    t->count.reserve(out);
+    t->weights.reserve(out * k);
+    t->work.reserve(k);
+  }
+  scratch_.temp.reserve(h * out);
+  scratch_.acc.reserve(out);
+  scratch_.rows.reserve(k);
+  scratch_.plane_bases.reserve((out + 7) / 8);
+  scratch_.plane_pairs.reserve((out + 7) / 8 * 4);
+  scratch_.plane_pairs512.reserve((out + 15) / 16 * 4);
+}
+
+void SampleWriter::Write(const uint8_t* src, int h, int w, const SamplePlan& plan, int oh, int ow,
+                         void* dst) {
+  const int channels = channels_;
+  const CropBox& b = plan.source;
   const size_t plane = static_cast<size_t>(oh) * ow;
-  rows_.resize(static_cast<size_t>(3) * ow);
-  for (int y = 0; y < oh; ++y) {
-    const uint8_t* in = resized_.data() + static_cast<size_t>(y) * ow * 3;
-    const size_t at = static_cast<size_t>(y) * ow;
-    if (out_ == DType::kUint8) {
-      uint8_t* d = static_cast<uint8_t*>(dst) + at;
-      Deinterleave3(in, ow, flip, d, d + plane, d + 2 * plane);
-      continue;
-    }
-    uint8_t* r = rows_.data();
-    Deinterleave3(in, ow, flip, r, r + ow, r + 2 * ow);
-    const bool half = out_ == DType::kFloat16;
-    for (int c = 0; c < 3; ++c) {
-      const uint8_t* v = r + static_cast<size_t>(c) * ow;
-      const size_t o = c * plane + at;
-      int x = 0;
+  // The planes resampled and cut to the output window, mirrored when
+  // flipped, zeros where it pads: straight into dst for uint8 output,
+  // else into resized_ and from there normalized into dst.
+  uint8_t* planes = static_cast<uint8_t*>(dst);
+  if (out_ != DType::kUint8) {
+    resized_.resize(plane * channels);
+    planes = resized_.data();
+  }
+  const int vx0 = std::max(plan.x0, 0), vx1 = std::min(plan.x0 + ow, plan.resized_w);
+  const int vy0 = std::max(plan.y0, 0), vy1 = std::min(plan.y0 + oh, plan.resized_h);
+  const bool padded =
+      vx0 - plan.x0 > 0 || vy0 - plan.y0 > 0 || vx1 - plan.x0 < ow || vy1 - plan.y0 < oh;
+  if (padded || vx1 <= vx0 || vy1 <= vy0) std::memset(planes, 0, plane * channels);
+  if (vx1 > vx0 && vy1 > vy0) {
+    const int col = vx0 - plan.x0, width = vx1 - vx0;
+    uint8_t* at =
+        planes + static_cast<size_t>(vy0 - plan.y0) * ow + (plan.flip ? ow - col - width : col);
+    const size_t w_bytes = static_cast<size_t>(w);
+    image::internal::ResamplePlanes(src + static_cast<size_t>(b.top) * w_bytes + b.left, w_bytes,
+                                    w_bytes * h, channels, b.width, b.height, b.width, b.height,
+                                    plan.resized_w, plan.resized_h, vx0, vy0, width, vy1 - vy0,
+                                    plan.flip, at, ow, plane, &scratch_);
+  }
+  if (out_ == DType::kUint8) return;
+  for (int c = 0; c < channels; ++c) {
+    const uint8_t* v = planes + c * plane;
+    const int t = std::min(c, 3);
+    size_t x = 0;
+    if (out_ == DType::kFloat16) {
+      uint16_t* d = static_cast<uint16_t*>(dst) + c * plane;
 #ifdef KILN_SAMPLE_X86
-      if (Avx2F16c()) {
-        x = NormalizeAvx2(v, ow, mean_[c], std_[c], half,
-                          half ? static_cast<void*>(static_cast<uint16_t*>(dst) + o)
-                               : static_cast<void*>(static_cast<float*>(dst) + o));
+      if (Avx2F16cFma()) {
+        x = fma_half_[t] ? NormalizeFmaHalfAvx2(v, plane, scale_[t], shift_[t], d)
+                         : NormalizeDivAvx2(v, plane, mean_[t], std_[t], true, d);
       }
 #endif
-      if (half) {
-        uint16_t* d = static_cast<uint16_t*>(dst) + o;
-        for (; x < ow; ++x) d[x] = half_[c][v[x]];
-      } else {
-        float* d = static_cast<float*>(dst) + o;
-        for (; x < ow; ++x) d[x] = table_[c][v[x]];
-      }
+      for (; x < plane; ++x) d[x] = half_[t][v[x]];
+    } else {
+      float* d = static_cast<float*>(dst) + c * plane;
+#ifdef KILN_SAMPLE_X86
+      if (Avx2F16cFma()) x = NormalizeDivAvx2(v, plane, mean_[t], std_[t], false, d);
+#endif
+      for (; x < plane; ++x) d[x] = table_[t][v[x]];
     }
   }
 }

@@ -1,10 +1,11 @@
 // The loader's load-time geometry for one sample (internal to kiln::core):
 // which box of the stored image becomes the output (RandomResizedCrop,
 // Resize + CenterCrop, or a plain window), whether it is flipped, and the
-// one pass that writes it into a batch slot - resampled with the build's
-// PIL-exact resize, flipped, and written as uint8 or normalized
-// float16/float32 (a per-channel table: the same float32 operations as
-// torchvision's ToTensor + Normalize).
+// pass that writes it into a batch slot - each plane of the stored CHW
+// image resampled with the build's PIL-exact resize (flipped in the same
+// pass), and written as uint8 or normalized float16/float32 (the same
+// float32 operations as torchvision's ToTensor + Normalize; for float16 one
+// fused multiply-add where it gives the same half for all 256 values).
 //
 // Thread-safety: PlanSample is pure; a SampleWriter belongs to one thread
 // (it keeps that thread's buffers).
@@ -62,16 +63,16 @@ class SampleWriter {
   void Write(const uint8_t* src, int h, int w, const SamplePlan& plan, int oh, int ow, void* dst);
 
  private:
-  void WriteThreeChannels(int oh, int ow, bool flip, void* dst);
-
   int channels_;
   DType out_;
   float mean_[4], std_[4];
   float table_[4][256];
   uint16_t half_[4][256];
-  std::vector<uint8_t> rows_;     // one output row, per plane (3 channels)
-  std::vector<uint8_t> box_;      // the box, HWC
-  std::vector<uint8_t> resized_;  // the output window, HWC
+  // fma(v, scale_, shift_) rounds to half_[c][v] for every v (checked):
+  // the float16 kernel's one operation in place of two divisions.
+  float scale_[4], shift_[4];
+  bool fma_half_[4] = {false, false, false, false};
+  std::vector<uint8_t> resized_;  // the output window, CHW (float output)
   image::internal::ResampleScratch scratch_;
 };
 

@@ -31,6 +31,20 @@ AxisTaps ComputeAxisTaps(int in_size, double in0, double in1, int out_size, int 
 void ComputeAxisTaps(int in_size, double in0, double in1, int out_size, int begin, int end,
                      AxisTaps* taps);
 
+// One pair of taps for eight outputs of the one-channel AVX2 kernel: the
+// byte shuffle that pairs the taps' pixels, and the high and low parts of
+// their weights.
+struct PlaneTapPair {
+  int8_t control[32];
+  int16_t kh[16], kl[16];
+};
+
+// The same for sixteen outputs of the AVX-512 kernel.
+struct PlaneTapPair512 {
+  int8_t control[64];
+  int16_t kh[32], kl[32];
+};
+
 // Buffers ResampleRegion needs, kept between calls by a caller that
 // resamples many images (the loader: no allocation per sample once they
 // have grown to the largest image's needs).
@@ -40,6 +54,9 @@ struct ResampleScratch {
   std::vector<int16_t> madd;
   std::vector<int32_t> acc;
   std::vector<const uint8_t*> rows;
+  std::vector<int> plane_bases;
+  std::vector<PlaneTapPair> plane_pairs;
+  std::vector<PlaneTapPair512> plane_pairs512;
 };
 
 // Resamples `in` (in_w x in_h x channels, packed HWC) so that the box
@@ -51,10 +68,22 @@ void ResampleRegion(const uint8_t* in, int in_w, int in_h, int channels, double 
                     int out_w, int out_h, int x0, int y0, int region_w, int region_h, uint8_t* dst,
                     size_t dst_stride, ResampleScratch* scratch = nullptr);
 
+// ResampleRegion for `planes` one-channel images (planar CHW data): plane p
+// is read at in + p * in_plane (rows in_stride bytes apart; in_w x in_h
+// pixels, which may be a box of a larger image) and its region written at
+// dst + p * dst_plane (rows dst_stride apart). With `flip` the region is
+// written mirrored along x (its column j holds column region_w - 1 - j).
+// Each plane gets exactly ResampleRegion's bytes for one channel (PIL
+// resamples every channel alike), computed with the taps made once.
+void ResamplePlanes(const uint8_t* in, size_t in_stride, size_t in_plane, int planes, int in_w,
+                    int in_h, double box_w, double box_h, int out_w, int out_h, int x0, int y0,
+                    int region_w, int region_h, bool flip, uint8_t* dst, size_t dst_stride,
+                    size_t dst_plane, ResampleScratch* scratch = nullptr);
+
 // The kernels ResampleRegion may use, each level including those below it;
 // every level gives the same bytes. The default is the fastest the CPU
 // supports. For tests and benchmarks.
-enum KernelLevel { kKernelsPortable = 0, kKernelsSse41 = 1, kKernelsAvx2 = 2 };
+enum KernelLevel { kKernelsPortable = 0, kKernelsSse41 = 1, kKernelsAvx2 = 2, kKernelsAvx512 = 3 };
 void UseKernelsUpTo(KernelLevel level);
 
 }  // namespace kiln::image::internal

@@ -19,7 +19,7 @@ std::vector<uint8_t> Run(const std::vector<uint8_t>& in, int in_w, int in_h, int
   std::vector<uint8_t> out(stride * rh, 0xA5);
   ResampleRegion(in.data(), in_w, in_h, c, box_w, box_h, out_w, out_h, x0, y0, rw, rh, out.data(),
                  stride);
-  UseKernelsUpTo(kKernelsAvx2);
+  UseKernelsUpTo(kKernelsAvx512);
   return out;
 }
 
@@ -27,7 +27,7 @@ std::vector<uint8_t> Run(const std::vector<uint8_t>& in, int in_w, int in_h, int
 void CompareLevels(const std::vector<uint8_t>& in, int in_w, int in_h, int c, double box_w,
                    double box_h, int out_w, int out_h, int x0, int y0, int rw, int rh) {
   const auto portable = Run(in, in_w, in_h, c, box_w, box_h, out_w, out_h, x0, y0, rw, rh, kKernelsPortable);
-  for (KernelLevel level : {kKernelsSse41, kKernelsAvx2}) {
+  for (KernelLevel level : {kKernelsSse41, kKernelsAvx2, kKernelsAvx512}) {
     const auto fast = Run(in, in_w, in_h, c, box_w, box_h, out_w, out_h, x0, y0, rw, rh, level);
     INFO("kernel level " << level << ": " << in_w << "x" << in_h << "x" << c << " box " << box_w
                          << "x" << box_h << " -> " << out_w << "x" << out_h << " region " << rw
@@ -79,6 +79,63 @@ TEST_CASE("SIMD resampling at the build's scales (windows of 2 to 7 taps) gives 
     for (auto& v : in) v = trial % 7 == 0 ? (uni(0, 1) ? 255 : 0) : static_cast<uint8_t>(uni(0, 255));
     INFO("trial " << trial);
     CompareLevels(in, in_w, in_h, c, in_w, in_h, out_w, out_h, x0, y0, rw, rh);
+  }
+}
+
+TEST_CASE(
+    "ResamplePlanes gives each plane ResampleRegion's bytes, mirrored when flipped, at every "
+    "kernel level",
+    "[transform][resample]") {
+  // The loader's case: a box of a larger planar image (rows of the whole
+  // image's width), mostly upscaled to the output as RandomResizedCrop
+  // does, some downscales, written into a window of a wider output.
+  std::mt19937 rng(13);
+  auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  for (int trial = 0; trial < 200; ++trial) {
+    const int planes = uni(1, 4);
+    const int img_w = uni(1, 300), img_h = uni(1, 260);
+    const int bw = uni(1, img_w), bh = uni(1, img_h);
+    const int bx = uni(0, img_w - bw), by = uni(0, img_h - bh);
+    const int out_w = trial % 5 == 0 ? bw : uni(1, trial % 3 == 0 ? bw : 3 * bw + 8);
+    const int out_h = trial % 7 == 0 ? bh : uni(1, trial % 3 == 0 ? bh : 3 * bh + 8);
+    const int rw = uni(1, out_w), rh = uni(1, out_h);
+    const int x0 = uni(0, out_w - rw), y0 = uni(0, out_h - rh);
+    const bool flip = trial % 2 == 1;
+    std::vector<uint8_t> img(static_cast<size_t>(planes) * img_w * img_h);
+    for (auto& v : img)
+      v = trial % 5 == 1 ? (uni(0, 1) ? 255 : 0) : static_cast<uint8_t>(uni(0, 255));
+    // The expected bytes: each plane's box copied out and resampled alone.
+    const size_t dst_stride = static_cast<size_t>(rw) + 3, dst_plane = dst_stride * rh + 5;
+    std::vector<uint8_t> expected(dst_plane * planes, 0x5A);
+    for (int p = 0; p < planes; ++p) {
+      std::vector<uint8_t> box(static_cast<size_t>(bw) * bh);
+      for (int y = 0; y < bh; ++y)
+        for (int x = 0; x < bw; ++x)
+          box[static_cast<size_t>(y) * bw + x] =
+              img[(static_cast<size_t>(p) * img_h + by + y) * img_w + bx + x];
+      std::vector<uint8_t> region(static_cast<size_t>(rw) * rh);
+      UseKernelsUpTo(kKernelsPortable);
+      ResampleRegion(box.data(), bw, bh, 1, bw, bh, out_w, out_h, x0, y0, rw, rh, region.data(),
+                     rw);
+      UseKernelsUpTo(kKernelsAvx512);
+      for (int y = 0; y < rh; ++y)
+        for (int x = 0; x < rw; ++x)
+          expected[p * dst_plane + y * dst_stride + x] =
+              region[static_cast<size_t>(y) * rw + (flip ? rw - 1 - x : x)];
+    }
+    for (KernelLevel level : {kKernelsPortable, kKernelsSse41, kKernelsAvx2, kKernelsAvx512}) {
+      std::vector<uint8_t> got(dst_plane * planes, 0x5A);
+      UseKernelsUpTo(level);
+      ResamplePlanes(img.data() + static_cast<size_t>(by) * img_w + bx, img_w,
+                     static_cast<size_t>(img_w) * img_h, planes, bw, bh, bw, bh, out_w, out_h, x0,
+                     y0, rw, rh, flip, got.data(), dst_stride, dst_plane);
+      UseKernelsUpTo(kKernelsAvx512);
+      INFO("trial " << trial << ", level " << level << ": " << planes << " planes, box " << bw
+                    << "x" << bh << " of " << img_w << "x" << img_h << " -> " << out_w << "x"
+                    << out_h << " region " << rw << "x" << rh << " at " << x0 << "," << y0
+                    << (flip ? " flipped" : ""));
+      REQUIRE(got == expected);
+    }
   }
 }
 
