@@ -116,16 +116,137 @@ def _load(dataset, index):
         return index, None, "%s: %s" % (type(e).__name__, e)
 
 
-_WORKER_DATASET = None
+class _Slots:
+    """How samples travel from the worker processes to the writer: shared
+    memory (an anonymous shared mapping made before the fork), one slot of
+    `capacity` bytes per index modulo `count`, so a sample's arrays are copied
+    once by the worker and read in place by the writer, instead of pickled
+    through a pipe (four copies and fresh pages per sample).
+
+    Slot ``i % count`` may take index ``i`` once the writer has finished with
+    index ``i - count``: the writer consumes in index order and each worker
+    produces its indices in order, so the index the writer waits for never
+    waits for a slot. A sample whose arrays do not fit travels pickled."""
+
+    ALIGN = 64
+
+    def __init__(self, ctx, count, capacity):
+        import mmap
+        self.count, self.capacity = count, capacity
+        self.memory = mmap.mmap(-1, count * capacity)
+        self.owner = ctx.RawArray("q", count)  # the index each slot may take next
+        self.cond = ctx.Condition()
+
+    def begin(self, start):
+        """Before the workers start: slot s takes first the smallest index
+        from `start` that falls on it."""
+        for s in range(self.count):
+            self.owner[s] = start + (s - start) % self.count
+
+    def put(self, index, sample, parent):
+        """In a worker: (arrays, values) - each array's (dtype, shape, offset)
+        in the slot, the other values as they are - or None where the arrays
+        do not fit. Returns None too if the writer process (`parent`) is gone."""
+        import numpy as np
+        arrays, values, at = [], {}, 0
+        for name, v in sample.items():
+            if isinstance(v, np.ndarray) and not v.dtype.hasobject:
+                v = np.ascontiguousarray(v)
+                arrays.append((name, v, at))
+                at += -(-v.nbytes // self.ALIGN) * self.ALIGN
+            else:
+                values[name] = v
+        if at > self.capacity:
+            return None
+        s = index % self.count
+        with self.cond:
+            while self.owner[s] != index:
+                if os.getppid() != parent:
+                    return None
+                self.cond.wait(1.0)
+        base = s * self.capacity
+        view = memoryview(self.memory)
+        layout = {}
+        for name, v, off in arrays:
+            view[base + off:base + off + v.nbytes] = v.reshape(-1).view(np.uint8)
+            layout[name] = (v.dtype.str, v.shape, base + off)
+        return layout, values
+
+    def get(self, layout):
+        """In the writer: the sample, its arrays viewing the slot."""
+        import numpy as np
+        arrays, values = layout
+        out = dict(values)
+        for name, (dtype, shape, off) in arrays.items():
+            count = int(np.prod(shape, dtype=np.int64))
+            out[name] = np.frombuffer(self.memory, dtype=dtype, count=count,
+                                      offset=off).reshape(shape)
+        return out
+
+    def release(self, index):
+        """In the writer, done with `index`: its slot may take index + count."""
+        with self.cond:
+            self.owner[index % self.count] = index + self.count
+            self.cond.notify_all()
 
 
-def _init_worker(dataset):
-    global _WORKER_DATASET
-    _WORKER_DATASET = dataset
+def _worker(dataset, slots, conn, offset, step, end, parent):
+    """A worker process: from the start index it receives on `conn`, the
+    indices start + offset, + step, ... below `end` into `slots`, each
+    announced on `conn`, in order, as (index, layout, pickled sample, error)
+    (a send is written before it returns, so nothing sent is lost if the
+    worker is killed). Ends when the writer process is gone."""
+    while not conn.poll(1.0):
+        if os.getppid() != parent:
+            return
+    start = conn.recv()
+    for index in range(start + offset, end, step):
+        index, sample, error = _load(dataset, index)
+        layout = None
+        if sample is not None:
+            try:
+                layout = slots.put(index, sample, parent)
+            except Exception:  # noqa: BLE001 - the sample goes pickled instead
+                layout = None
+        if os.getppid() != parent:
+            return
+        conn.send((index, layout, sample if layout is None else None, error))
 
 
-def _load_in_worker(index):
-    return _load(_WORKER_DATASET, index)
+def _worker_results(slots, workers, start, n):
+    """The writer's side of the workers ((process, connection) each):
+    (index, sample, error) in index order, each read from the worker that
+    owns it; the sample's slot is handed back when the next one is asked
+    for. A worker that dies (killed, out of memory) stops the run with an
+    error naming the sample it owed."""
+    from multiprocessing.connection import wait
+    held = None
+    for index in range(start, n):
+        if held is not None:
+            slots.release(held)
+            held = None
+        proc, conn = workers[(index - start) % len(workers)]
+        while not wait([conn, proc.sentinel], 1.0):
+            pass
+        try:  # a dead worker's pipe reads what it sent, then EOF
+            if not conn.poll():
+                raise EOFError
+            got, layout, sample, error = conn.recv()
+        except EOFError:
+            proc.join(1.0)
+            raise RuntimeError(
+                "kiln.write_dataset: the worker process for sample %d ended (exit code %s) "
+                "without it; the records before it are kept: run again to resume"
+                % (index, proc.exitcode)) from None
+        if got != index:
+            raise RuntimeError("kiln.write_dataset: worker sent sample %d for %d" % (got, index))
+        if layout is not None:
+            sample, held = slots.get(layout), index
+        else:
+            slots.release(index)  # not in its slot: the slot's next index may come
+        yield index, sample, error
+    if held is not None:
+        slots.release(held)
 
 
 SKIPPED_NAME = "skipped.tsv"
@@ -145,14 +266,16 @@ def _read_skipped(path):
 
 
 def write_dataset(dataset, path, fields, workers=0, strict=False, progress=True, resume=True,
-                  chunksize=16, **writer_args):
+                  slot_bytes=16 << 20, **writer_args):
     """Writes a map-style dataset (anything with ``__len__`` and
     ``__getitem__`` returning a dict of fields, e.g. a torch ``Dataset``) into
     a kiln cache at `path`, in index order, and returns the cache's manifest.
 
     ``workers`` > 0 runs ``__getitem__`` in that many worker processes (0: in
     this process); the samples are written in index order, so the cache's
-    bytes are the same for any number of workers. A sample whose
+    bytes are the same for any number of workers. Their arrays reach the
+    writer through shared memory, ``slot_bytes`` per sample in flight (4 per
+    worker; a larger sample travels pickled). A sample whose
     ``__getitem__`` raises, or that does not fit `fields`, is skipped and
     reported with its index and reason (on stderr and in ``PATH/skipped.tsv``);
     with ``strict=True`` the first one raises instead. ``resume`` (default)
@@ -169,18 +292,32 @@ def write_dataset(dataset, path, fields, workers=0, strict=False, progress=True,
     skipped = _read_skipped(path) if resume else {}
     # The workers are forked before the writer opens the cache: a child
     # forked later would share the cache's lock (and LMDB's files), and a
-    # worker still dying after a kill would keep the next run out.
-    pool = None
+    # worker still dying after a kill would keep the next run out. They wait
+    # for the index to start from, known once the cache is open.
+    procs, slots = [], None
     if workers > 0:
         import multiprocessing
-        pool = multiprocessing.get_context("fork").Pool(
-            workers, initializer=_init_worker, initargs=(dataset,))
+        ctx = multiprocessing.get_context("fork")
+        slots = _Slots(ctx, 4 * workers, int(slot_bytes))
+        for w in range(workers):
+            mine, theirs = ctx.Pipe()
+            p = ctx.Process(target=_worker, daemon=True,
+                            args=(dataset, slots, theirs, w, workers, n, os.getpid()))
+            p.start()
+            theirs.close()
+            procs.append((p, mine))
+
+    def stop_workers():
+        for p, conn in procs:
+            p.terminate()
+        for p, conn in procs:
+            p.join()
+            conn.close()
+
     try:
         writer = Writer(path, fields, resume=resume, **writer_args)
     except BaseException:
-        if pool is not None:
-            pool.terminate()
-            pool.join()
+        stop_workers()
         raise
     # The dataset position after the committed records: records are the
     # indices not skipped, in order (a skip is logged before any later
@@ -192,9 +329,7 @@ def write_dataset(dataset, path, fields, workers=0, strict=False, progress=True,
         start += 1
     if records != writer.next_index:
         writer._native.abandon()
-        if pool is not None:
-            pool.terminate()
-            pool.join()
+        stop_workers()
         raise ValueError("%s holds %d records but the dataset has only %d samples left after "
                          "%d skipped: it was written from another dataset; remove it"
                          % (path, writer.next_index, records, len(skipped)))
@@ -215,11 +350,13 @@ def write_dataset(dataset, path, fields, workers=0, strict=False, progress=True,
 
     t0, last = time.monotonic(), 0.0
     try:
-        indices = range(start, n)
-        if pool is not None:
-            results = pool.imap(_load_in_worker, indices, chunksize=chunksize)
+        if procs:
+            slots.begin(start)
+            for _, conn in procs:
+                conn.send(start)
+            results = _worker_results(slots, procs, start, n)
         else:
-            results = (_load(dataset, i) for i in indices)
+            results = (_load(dataset, i) for i in range(start, n))
         for done, (index, sample, error) in enumerate(results, start + 1):
             if error is not None:
                 skip(index, error)
@@ -240,8 +377,6 @@ def write_dataset(dataset, path, fields, workers=0, strict=False, progress=True,
             writer._native.abandon()  # committed records stay, for the next run
         raise
     finally:
-        if pool is not None:
-            pool.terminate()
-            pool.join()
+        stop_workers()
         log.close()
     return manifest

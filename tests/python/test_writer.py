@@ -210,6 +210,12 @@ def check_write_dataset_workers_and_skips(tmp):
         assert log[0] == "index\treason" and len(log) == 3, log
         assert log[1].startswith("4\tOSError: cannot read sample 4"), log
         assert log[2].startswith("9\t") and "field 'mask': dtype float64" in log[2], log
+    # Slots too small for the larger samples: those travel pickled, the rest
+    # through shared memory, and the bytes are the same.
+    path = os.path.join(tmp, "small-slots")
+    kiln.write_dataset(Samples(50, bad=4, misfit=9), path, FIELDS, workers=2, slot_bytes=600,
+                       classes=["c%d" % k for k in range(5)], shard_size=20000, progress=False)
+    assert shards(path) == caches[1], "small slots wrote different shards"
     assert caches[1] == caches[3], "1 and 3 workers wrote different shards"
     c = kiln.Cache(os.path.join(tmp, "w3"))
     assert np.array_equal(c[4]["image"], sample(5)["image"])  # record 4 is sample 5
@@ -242,6 +248,37 @@ def check_write_dataset_resume_after_kill(tmp):
     assert shards(path) == shards(straight), "resumed shards differ from a straight run"
     assert open(os.path.join(path, "skipped.tsv")).read() == \
         open(os.path.join(straight, "skipped.tsv")).read()
+
+
+class DyingSamples(Samples):
+    """Samples whose worker process is killed (SIGKILL) at item `die_at`, the
+    first time only (a flag file remembers it)."""
+
+    def __init__(self, n, die_at, flag, **kw):
+        super().__init__(n, **kw)
+        self.die_at, self.flag = die_at, flag
+
+    def __getitem__(self, i):
+        if i == self.die_at and not os.path.exists(self.flag):
+            open(self.flag, "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().__getitem__(i)
+
+
+def check_write_dataset_worker_killed(tmp):
+    """A worker process killed mid-dataset stops write_dataset with an error
+    naming the sample it owed (no hang); the records before it are kept, and a
+    second run ends with the shards of an uninterrupted one."""
+    args = dict(classes=["c%d" % k for k in range(5)], shard_size=20000, progress=False)
+    straight = os.path.join(tmp, "straight")
+    kiln.write_dataset(Samples(90, bad=7), straight, FIELDS, workers=2, **args)
+    path, flag = os.path.join(tmp, "killed"), os.path.join(tmp, "flag")
+    expect_raises(RuntimeError, lambda: kiln.write_dataset(
+        DyingSamples(90, 61, flag, bad=7), path, FIELDS, workers=2, **args),
+        "worker process for sample 61 ended", "run again to resume")
+    assert not os.path.exists(os.path.join(path, "manifest.json"))
+    kiln.write_dataset(DyingSamples(90, 61, flag, bad=7), path, FIELDS, workers=2, **args)
+    assert shards(path) == shards(straight), "resumed shards differ from a straight run"
 
 
 def check_cli_reads_format2(tmp):
