@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/cpus.h"
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -79,16 +81,8 @@ namespace {
 std::atomic<bool> g_simd{true};
 
 bool Avx2F16cFma() {
-  static const bool cpu = [] {
-#ifdef KILN_SAMPLE_X86
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") &&
-           __builtin_cpu_supports("fma");
-#else
-    return false;
-#endif
-  }();
-  return cpu && g_simd.load(std::memory_order_relaxed);
+  const SimdFeatures& cpu = CpuSimd();
+  return cpu.avx2 && cpu.f16c && cpu.fma && g_simd.load(std::memory_order_relaxed);
 }
 
 #ifdef KILN_SAMPLE_X86

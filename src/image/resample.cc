@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/cpus.h"
 #include "resample_kernels.h"
 
 namespace kiln::image::internal {
@@ -14,29 +15,6 @@ namespace {
 inline double Triangle(double x) {
   x = std::fabs(x);
   return x < 1.0 ? 1.0 - x : 0.0;
-}
-
-struct Kernels {
-  bool sse41 = false;
-  bool avx2 = false;
-  bool avx512 = false;  // AVX-512 F, BW and VBMI
-};
-
-Kernels Detect() {
-  Kernels k;
-#ifdef KILN_RESAMPLE_X86
-  __builtin_cpu_init();
-  k.sse41 = __builtin_cpu_supports("sse4.1");
-  k.avx2 = __builtin_cpu_supports("avx2");
-  k.avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-             __builtin_cpu_supports("avx512vbmi");
-#endif
-  return k;
-}
-
-const Kernels& Cpu() {
-  static const Kernels k = Detect();
-  return k;
 }
 
 // The fastest kernels ResampleRegion may use (KernelLevel); tests lower it.
@@ -52,7 +30,7 @@ void HorizontalRow(const uint8_t* src, int, const AxisTaps& taps, int n, uint8_t
 
 RowFn HorizontalKernel(int channels) {
 #ifdef KILN_RESAMPLE_X86
-  if (Cpu().sse41 && Allowed(kKernelsSse41) && (channels == 3 || channels == 4))
+  if (CpuSimd().sse41 && Allowed(kKernelsSse41) && (channels == 3 || channels == 4))
     return Sse41Row(channels);
 #endif
   switch (channels) {
@@ -72,7 +50,7 @@ struct HorizontalPlan {
 HorizontalPlan PlanHorizontal(const AxisTaps& taps, int n, int channels, ResampleScratch* ws) {
   HorizontalPlan plan;
 #ifdef KILN_RESAMPLE_X86
-  if (!Cpu().avx2 || !Allowed(kKernelsAvx2)) return plan;
+  if (!CpuSimd().avx2 || !Allowed(kKernelsAvx2)) return plan;
   const int max_count =
       taps.count.empty() ? 0 : *std::max_element(taps.count.begin(), taps.count.end());
   if ((channels == 3 || channels == 4) && max_count <= 6) {
@@ -80,7 +58,7 @@ HorizontalPlan PlanHorizontal(const AxisTaps& taps, int n, int channels, Resampl
     plan.pairs = max_count <= 4 ? 2 : 3;
     MaddWeights(taps, n, channels, plan.pairs, &ws->madd);
   } else if (channels == 1) {
-    if (Cpu().avx512 && Allowed(kKernelsAvx512)) {
+    if (CpuSimd().avx512bw_vbmi && Allowed(kKernelsAvx512)) {
       plan.pairs = PlanePairs512(taps, n, &ws->plane_bases, &ws->plane_pairs512);
       if (plan.pairs > 0) {
         plan.kind = HorizontalPlan::kPlane512;
@@ -217,8 +195,8 @@ void Resample(const uint8_t* in, size_t in_stride, size_t in_plane, int planes, 
     hplan = PlanHorizontal(htaps, region_w, channels, &ws);
   }
 #ifdef KILN_RESAMPLE_X86
-  const bool avx2 = Cpu().avx2 && Allowed(kKernelsAvx2);
-  const bool avx512 = Cpu().avx512 && Allowed(kKernelsAvx512) && vtaps.ksize <= 16;
+  const bool avx2 = CpuSimd().avx2 && Allowed(kKernelsAvx2);
+  const bool avx512 = CpuSimd().avx512bw_vbmi && Allowed(kKernelsAvx512) && vtaps.ksize <= 16;
 #endif
 
   for (int p = 0; p < planes; ++p) {
