@@ -140,6 +140,11 @@ KILN_COMMAND(Command{
                       "uint8 caches), none (a --crop window), auto (rrc on a cache of whole "
                       "images, else none)")
           ->check(CLI::IsMember({"auto", "none", "rrc"}));
+      sub->add_option("--res-schedule", o.res_schedule,
+                      "progressive resizing (FFCV's start_ramp/end_ramp/min_res/max_res) with "
+                      "--augment rrc: MIN:MAX:START:END[:STEP], e.g. 160:192:0:2 - each epoch's "
+                      "crop size from MIN (up to epoch START) to MAX (from epoch END), in steps "
+                      "of STEP (32); --crop is then the evaluation size (default MAX)");
       sub->add_flag("--channels-last", o.channels_last, "channels-last (NHWC) input layout");
       sub->add_flag("--profile", o.profile,
                     "report where each epoch's step time went: data wait, forward, backward, "

@@ -11,6 +11,7 @@
 #define KILN_GEOMETRY_H_
 
 #include <cstdint>
+#include <string>
 
 #include "kiln/status.h"
 
@@ -89,6 +90,28 @@ class SampleRandom {
 // whether the fallback was taken. REQUIRES: height, width >= 1.
 CropBox RandomResizedCropBox(int height, int width, const RandomResizedCropParams& p,
                              SampleRandom* random, bool* fallback = nullptr);
+
+// FFCV's progressive resizing (its start_ramp, end_ramp, min_res, max_res):
+// the output size of each epoch for a loader's set_resolution / kiln train
+// --res-schedule. The ring is sized once for max_res.
+struct ResolutionSchedule {
+  uint32_t min_res = 0, max_res = 0;
+  int64_t start_ramp = 0, end_ramp = 0;  // epochs
+  uint32_t step = 32;
+  bool enabled() const { return max_res > 0; }
+};
+
+// The size of `epoch`: min_res up to start_ramp, max_res from end_ramp on,
+// in between the linear interpolation rounded (half to even, as numpy) to
+// a multiple of `step` - FFCV's get_resolution - kept within [min_res,
+// max_res] (FFCV does not clamp; it matters only when a bound is not a
+// multiple of step).
+uint32_t ResolutionAt(const ResolutionSchedule& s, int64_t epoch);
+
+// Parses "MIN:MAX:START:END" or "MIN:MAX:START:END:STEP" (e.g. 160:192:0:2,
+// step 32 by default); InvalidArgument naming what is wrong unless
+// 1 <= MIN <= MAX, 0 <= START <= END and STEP >= 1.
+Status ParseResolutionSchedule(const std::string& text, ResolutionSchedule* out);
 
 // IEEE binary16 bits of `value`, rounded to nearest even (NaN stays NaN,
 // overflow gives infinity).

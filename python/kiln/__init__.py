@@ -43,8 +43,8 @@ except ImportError:  # the loader then yields numpy arrays
 from .writer import Field, Writer, write_dataset
 
 __all__ = ["Cache", "Field", "Loader", "RandomResizedCrop", "ResizeCenterCrop", "Writer",
-           "CorruptionError", "normalize", "raw_name", "native_bf16", "train_environment", "verify",
-           "write_dataset", "__version__"]
+           "CorruptionError", "normalize", "raw_name", "native_bf16", "resolution_at",
+           "train_environment", "verify", "write_dataset", "__version__"]
 __version__ = _kiln.__version__
 
 #: Raised for damaged or inconsistent cache data; the message names the
@@ -165,6 +165,21 @@ def raw_name(text):
     C++ rule. Ordinary names come back as their UTF-8 bytes; ``os.fsdecode``
     makes a str of them. Text kiln cannot have written raises ValueError."""
     return _kiln.unescape_name(text)
+
+
+def resolution_at(schedule, epoch):
+    """The crop size of `epoch` (an index from 0) under a progressive-resizing
+    schedule ``"MIN:MAX:START:END[:STEP]"`` - kiln train --res-schedule's, as
+    FFCV's min_res/max_res/start_ramp/end_ramp: MIN up to epoch START, MAX from
+    END on, in between the linear ramp rounded to a multiple of STEP (32)::
+
+        loader = kiln.Loader(path, 256, crop=kiln.RandomResizedCrop(160), max_resolution=192)
+        for epoch in range(epochs):
+            loader.set_resolution(kiln.resolution_at("160:192:0:2", epoch))
+            loader.set_epoch(epoch)
+            ...
+    """
+    return _kiln.resolution_at(str(schedule), int(epoch))
 
 
 def train_environment():

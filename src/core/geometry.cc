@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <vector>
 
 namespace kiln {
 namespace {
@@ -195,6 +196,47 @@ void NormalizeTable(const float* mean, const float* std, int channels, float tab
       table[c][v] = (x - m) / s;
     }
   }
+}
+
+uint32_t ResolutionAt(const ResolutionSchedule& s, int64_t epoch) {
+  if (epoch <= s.start_ramp) return s.min_res;
+  if (epoch >= s.end_ramp) return s.max_res;
+  const double at = s.min_res + static_cast<double>(epoch - s.start_ramp) /
+                                    static_cast<double>(s.end_ramp - s.start_ramp) *
+                                    (static_cast<double>(s.max_res) - s.min_res);
+  const double steps = std::nearbyint(at / s.step);  // the default rounding: half to even
+  const double res = std::min<double>(s.max_res, std::max<double>(s.min_res, steps * s.step));
+  return static_cast<uint32_t>(res);
+}
+
+Status ParseResolutionSchedule(const std::string& text, ResolutionSchedule* out) {
+  const std::string usage = "resolution schedule '" + text +
+                            "': expected MIN:MAX:START:END[:STEP] (sizes, then the epoch indices "
+                            "of the ramp, e.g. 160:192:0:2)";
+  std::vector<int64_t> v;
+  size_t at = 0;
+  while (at <= text.size()) {
+    const size_t colon = std::min(text.find(':', at), text.size());
+    const std::string part = text.substr(at, colon - at);
+    if (part.empty() || part.size() > 9 ||
+        part.find_first_not_of("0123456789") != std::string::npos)
+      return Status::InvalidArgument(usage);
+    v.push_back(std::stoll(part));
+    at = colon + 1;
+  }
+  if (v.size() != 4 && v.size() != 5) return Status::InvalidArgument(usage);
+  ResolutionSchedule s;
+  s.min_res = static_cast<uint32_t>(v[0]);
+  s.max_res = static_cast<uint32_t>(v[1]);
+  s.start_ramp = v[2];
+  s.end_ramp = v[3];
+  if (v.size() == 5) s.step = static_cast<uint32_t>(v[4]);
+  if (s.min_res < 1 || s.max_res < s.min_res)
+    return Status::InvalidArgument(usage + ": need 1 <= MIN <= MAX");
+  if (s.end_ramp < s.start_ramp) return Status::InvalidArgument(usage + ": need START <= END");
+  if (s.step < 1) return Status::InvalidArgument(usage + ": need STEP >= 1");
+  *out = s;
+  return Status::OK();
 }
 
 }  // namespace kiln

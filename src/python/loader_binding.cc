@@ -238,6 +238,15 @@ class PyLoader {
 
 void BindLoader(py::module_& m) {
   m.def(
+      "resolution_at",
+      [](const std::string& schedule, int64_t epoch) {
+        ResolutionSchedule s;
+        Check(ParseResolutionSchedule(schedule, &s));
+        return ResolutionAt(s, epoch);
+      },
+      py::arg("schedule"), py::arg("epoch"),
+      "The crop size of `epoch` under a resolution schedule MIN:MAX:START:END[:STEP]");
+  m.def(
       "output_shape",
       [](const std::shared_ptr<PyCache>& cache, const LoaderOptions& o) {
         Shape shape;

@@ -308,7 +308,7 @@ std::string DescribeGroups(const std::vector<std::vector<std::string>>& groups) 
 json Trainer::Settings() const {
   json s = {{"--model", o_.model},
             {"--seed", o_.seed},
-            {"--crop", o_.crop},
+            {"--crop", crop_},
             {"--flip", o_.flip},
             {"--freeze", o_.freeze},
             {"--freeze-until", o_.freeze_until},
@@ -317,6 +317,7 @@ json Trainer::Settings() const {
             {"--accum-steps", o_.accum_steps},
             {"WORLD_SIZE", dist_ ? dist_->world() : 1}};
   if (rrc_) s["--augment"] = "rrc";  // absent otherwise, as in older checkpoints
+  if (res_.enabled()) s["--res-schedule"] = o_.res_schedule;  // likewise
   if (batch_ > 0) s["--batch-size"] = batch_;
   else if (o_.batch_size > 0) s["--batch-size"] = o_.batch_size;
   return s;

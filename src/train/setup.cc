@@ -90,7 +90,18 @@ Status Trainer::Setup() {
                                 "); --augment none cuts a window of records of one size: train "
                                 "with --augment rrc (RandomResizedCrop), or build the cache with "
                                 "--resize and --crop");
-  if (rrc_ && o_.crop == 0)
+  if (!o_.res_schedule.empty()) {
+    KILN_RETURN_IF_ERROR(
+        ParseResolutionSchedule(o_.res_schedule, &res_).WithContext("--res-schedule"));
+    if (!rrc_)
+      return Status::InvalidArgument(
+          "--res-schedule changes the RandomResizedCrop size between "
+          "epochs: it needs --augment rrc (the default on a cache of "
+          "whole images)");
+  }
+  crop_ = o_.crop > 0 || !res_.enabled() ? o_.crop : res_.max_res;  // the evaluation size
+  train_crop_ = res_.enabled() ? res_.max_res : crop_;
+  if (rrc_ && crop_ == 0)
     return Status::InvalidArgument(
         "--augment rrc needs --crop N, the size each sample is resized "
         "to (224 in torchvision's ImageNet recipe)");
@@ -119,7 +130,7 @@ Status Trainer::Setup() {
     // torchvision's ImageNet ratio, crop / 0.875 (256 for 224).
     const Preprocessing& vp = val_->manifest().preprocessing;
     val_resize_ = vp.whole && vp.resize > 0 ? static_cast<uint32_t>(vp.resize)
-                                            : static_cast<uint32_t>(std::lround(o_.crop / 0.875));
+                                            : static_cast<uint32_t>(std::lround(crop_ / 0.875));
     auto diff = PreprocessingDifferences(m, val_->manifest());
     if (val_->manifest().classes != m.classes)
       diff.push_back("classes: the two caches list different class names");
@@ -140,9 +151,14 @@ Status Trainer::Setup() {
                            .WithContext("--crop/--augment on " + o_.data));
   sample_shape_ = {shape.dims[0], shape.dims[1], shape.dims[2]};
   if (rrc_) {
-    out_ << "augment RandomResizedCrop(" << o_.crop
-         << ", scale=(0.08, 1), ratio=(3/4, 4/3)) + horizontal flip, at load time";
-    if (val_) out_ << "; --val: Resize(" << val_resize_ << ") + CenterCrop(" << o_.crop << ")";
+    out_ << "augment RandomResizedCrop(";
+    if (res_.enabled())
+      out_ << res_.min_res << " up to epoch " << res_.start_ramp << ", then steps of " << res_.step
+           << " to " << res_.max_res << " from epoch " << res_.end_ramp;
+    else
+      out_ << crop_;
+    out_ << ", scale=(0.08, 1), ratio=(3/4, 4/3)) + horizontal flip, at load time";
+    if (val_) out_ << "; --val: Resize(" << val_resize_ << ") + CenterCrop(" << crop_ << ")";
     out_ << "\n";
   }
   if (!o_.metrics.empty() && lead()) {
@@ -222,8 +238,9 @@ TensorLoaderOptions Trainer::LoaderFor(int64_t batch, bool train) const {
   lo.loader.seed = o_.seed;
   lo.loader.shuffle = train;
   lo.loader.drop_last = train;
-  lo.loader.crop = o_.crop;
-  lo.loader.random_crop = train && o_.crop > 0;
+  lo.loader.crop = train ? train_crop_ : crop_;
+  if (train && res_.enabled()) lo.loader.max_crop = res_.max_res;  // the ring's size
+  lo.loader.random_crop = train && crop_ > 0;
   lo.loader.random_flip = train && o_.flip;
   if (rrc_) {  // torchvision's ImageNet recipe
     lo.loader.crop_kind = train ? CropKind::kRandomResized : CropKind::kResizeCenter;

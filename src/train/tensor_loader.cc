@@ -141,7 +141,9 @@ TensorLoader::~TensorLoader() {
 
 void TensorLoader::SlotSize(const CacheReader* reader, const TensorLoaderOptions& options,
                             int64_t* data_bytes, int64_t* labels) {
-  const std::vector<int64_t> shape = BatchShape(reader->manifest(), options);
+  TensorLoaderOptions largest = options;  // the ring holds the largest resolution
+  largest.loader.crop = std::max(options.loader.crop, options.loader.max_crop);
+  const std::vector<int64_t> shape = BatchShape(reader->manifest(), largest);
   int64_t n = static_cast<int64_t>(DTypeSize(OutputDType(reader->manifest(), options)));
   for (int64_t d : shape) n *= d;
   *data_bytes = shape.empty() ? 0 : n;
@@ -168,10 +170,14 @@ Status TensorLoader::Open(const CacheReader* reader, const TensorLoaderOptions& 
   ring->Reserve(options.slots, data_bytes, labels);
   ring->held_ = true;
   t->ring_ = ring;
+  t->reader_ = reader;
+  t->out_dtype_ = out_dtype;
+  int64_t batch_bytes = static_cast<int64_t>(DTypeSize(out_dtype));  // at the current size
+  for (int64_t d : shape) batch_bytes *= d;
   std::vector<BatchSlot> slots;
   for (int i = 0; i < options.slots; ++i) {
     t->data_.push_back(
-        ring->data_[i].narrow(0, 0, data_bytes).view(CacheScalarType(out_dtype)).view(shape));
+        ring->data_[i].narrow(0, 0, batch_bytes).view(CacheScalarType(out_dtype)).view(shape));
     t->labels_.push_back(ring->labels_[i].narrow(0, 0, labels));
     slots.push_back({t->data_.back().data_ptr(), t->labels_.back().data_ptr<int64_t>()});
   }
@@ -215,6 +221,23 @@ Status TensorLoader::StartEpoch(uint64_t epoch, uint64_t start_batch, uint64_t s
                            opt_.device.str() + " failed: " + e.what());
   }
   return loader_->StartEpoch(epoch, start_batch, skip);
+}
+
+Status TensorLoader::SetResolution(uint32_t crop) {
+  try {
+    ReleaseHeld();
+  } catch (const std::exception& e) {
+    return Status::IOError(std::string("tensor loader: waiting for the copy to ") +
+                           opt_.device.str() + " failed: " + e.what());
+  }
+  KILN_RETURN_IF_ERROR(loader_->SetResolution(crop));
+  opt_.loader.crop = crop;
+  const std::vector<int64_t> shape = BatchShape(reader_->manifest(), opt_);
+  int64_t bytes = static_cast<int64_t>(DTypeSize(out_dtype_));
+  for (int64_t d : shape) bytes *= d;
+  for (size_t i = 0; i < data_.size(); ++i)
+    data_[i] = ring_->data_[i].narrow(0, 0, bytes).view(CacheScalarType(out_dtype_)).view(shape);
+  return Status::OK();
 }
 
 bool TensorLoader::asynchronous() const { return copier_->device->asynchronous(); }

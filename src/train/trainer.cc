@@ -223,6 +223,14 @@ Status Trainer::Run(TrainResult* result) {
     if (epoch == start_.epoch)
       skip = elastic_ ? start_consumed_ : static_cast<uint64_t>(start_.epoch_skip);
     if (!loader) KILN_RETURN_IF_ERROR(open_loader());
+    if (res_.enabled()) {  // --res-schedule: this epoch's crop size, in the ring sized for MAX
+      const uint32_t res = ResolutionAt(res_, epoch);
+      if (lead() && (res != train_crop_ || epoch == start_.epoch))
+        out_ << "epoch " << epoch + 1 << "/" << o_.epochs << ": RandomResizedCrop size " << res
+             << " (--res-schedule, epoch index " << epoch << ")\n";
+      train_crop_ = res;
+      KILN_RETURN_IF_ERROR(loader->SetResolution(res));
+    }
     KILN_RETURN_IF_ERROR(loader->StartEpoch(
         static_cast<uint64_t>(epoch), static_cast<uint64_t>(first_step * o_.accum_steps), skip));
     epoch_now_ = epoch;

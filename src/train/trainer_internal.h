@@ -191,6 +191,12 @@ class Trainer {
   // --augment rrc in effect (RandomResizedCrop training, Resize + CenterCrop
   // evaluation), and the evaluation's Resize.
   bool rrc_ = false;
+  // --res-schedule, and the training crop of the epoch now (max_res until
+  // the first epoch, so that the batch size and the model are probed at
+  // the largest).
+  ResolutionSchedule res_;
+  uint32_t train_crop_ = 0;
+  uint32_t crop_ = 0;  // --crop, or with --res-schedule and no --crop its MAX
   uint32_t val_resize_ = 0;
   Model model_;
   std::unique_ptr<torch::optim::Optimizer> opt_;

@@ -109,3 +109,39 @@ TEST_CASE("NormalizeTable and FloatToHalf give ToTensor + Normalize's values", "
   CHECK(FloatToHalf(1.0f) == 0x3C00);
   CHECK(FloatToHalf(-2.0f) == 0xC000);
 }
+
+TEST_CASE("ResolutionAt is FFCV's get_resolution: a ramp rounded half to even to steps",
+          "[geometry]") {
+  ResolutionSchedule s;
+  REQUIRE(ParseResolutionSchedule("160:224:2:6", &s).ok());
+  CHECK(s.step == 32);
+  // Epochs 0-2: 160; then 176, 192, 208 rounded to 32s (5.5 -> 6, 6 -> 6,
+  // 6.5 -> 6: half to even, as numpy's round); from 6: 224.
+  const uint32_t want[] = {160, 160, 160, 192, 192, 192, 224, 224};
+  for (int e = 0; e < 8; ++e) {
+    INFO("epoch " << e);
+    CHECK(ResolutionAt(s, e) == want[e]);
+  }
+  REQUIRE(ParseResolutionSchedule("16:32:0:3:8", &s).ok());
+  CHECK(ResolutionAt(s, 0) == 16);
+  CHECK(ResolutionAt(s, 1) == 24);  // 21.3 / 8 = 2.67 -> 3
+  CHECK(ResolutionAt(s, 2) == 24);  // 26.7 / 8 = 3.33 -> 3
+  CHECK(ResolutionAt(s, 3) == 32);
+  // A bound that is not a multiple of the step: kept within [MIN, MAX].
+  REQUIRE(ParseResolutionSchedule("170:200:0:4", &s).ok());
+  for (int e = 0; e < 6; ++e) {
+    CHECK(ResolutionAt(s, e) >= 170);
+    CHECK(ResolutionAt(s, e) <= 200);
+  }
+  REQUIRE(ParseResolutionSchedule("100:100:3:3", &s).ok());  // no ramp
+  CHECK(ResolutionAt(s, 0) == 100);
+  CHECK(ResolutionAt(s, 9) == 100);
+  for (const char* bad :
+       {"", "160", "160:192:0", "160:192:0:2:32:1", "192:160:0:2", "0:160:0:2", "160:192:3:1",
+        "160:192:0:2:0", "160:192:-1:2", "a:192:0:2", "160::0:2"}) {
+    INFO(bad);
+    Status st = ParseResolutionSchedule(bad, &s);
+    CHECK(st.IsInvalidArgument());
+    CHECK(st.ToString().find("MIN:MAX:START:END") != std::string::npos);
+  }
+}

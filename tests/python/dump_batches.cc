@@ -76,7 +76,12 @@ int main(int argc, char** argv) {
   std::vector<std::vector<uint8_t>> data(3, std::vector<uint8_t>(bytes));
   std::vector<std::vector<int64_t>> labels(3, std::vector<int64_t>(o.batch_size));
   std::vector<kiln::BatchSlot> slots;
-  for (int i = 0; i < 3; ++i) slots.push_back({data[i].data(), labels[i].data()});
+  for (int i = 0; i < 3; ++i) {
+    kiln::BatchSlot slot;
+    slot.data = data[i].data();
+    slot.labels = labels[i].data();
+    slots.push_back(slot);
+  }
   std::unique_ptr<kiln::Loader> loader;
   s = kiln::Loader::Open(reader.get(), o, slots, &loader);
   if (!s.ok()) return Fail(s);

@@ -241,6 +241,70 @@ def check_resolution_change(tmp):
     assert loader.state_dict()["crop"] == 24
 
 
+def ffcv_resolution(epoch, min_res, max_res, end_ramp, start_ramp, step):
+    """FFCV's get_resolution (its ImageNet example's progressive resizing),
+    with the step as a parameter: the reference kiln's schedule follows."""
+    if epoch <= start_ramp:
+        return min_res
+    if epoch >= end_ramp:
+        return max_res
+    interp = np.interp([epoch], [start_ramp, end_ramp], [min_res, max_res])
+    return int(np.round(interp[0] / step)) * step
+
+
+def check_res_schedule(tmp):
+    """kiln.resolution_at equals FFCV's get_resolution over random schedules
+    whose bounds are multiples of the step; kiln train --res-schedule trains
+    each epoch at its size (batches of that shape, the ring sized once),
+    evaluates at --crop, and a resume with another schedule is refused."""
+    rng = np.random.default_rng(3)
+    compared = 0
+    for _ in range(300):
+        step = int(rng.choice([8, 16, 32]))
+        lo = step * int(rng.integers(1, 8))
+        hi = lo + step * int(rng.integers(0, 6))
+        start = int(rng.integers(0, 5))
+        end = start + int(rng.integers(0, 9))
+        spec = "%d:%d:%d:%d:%d" % (lo, hi, start, end, step)
+        for epoch in range(end + 3):
+            assert kiln.resolution_at(spec, epoch) == \
+                ffcv_resolution(epoch, lo, hi, end, start, step), (spec, epoch)
+            compared += 1
+    assert compared > 1000
+    assert kiln.resolution_at("160:192:0:2", 1) == 192  # 176 / 32 = 5.5: half to even
+    expect_raises(ValueError, lambda: kiln.resolution_at("192:160:0:2", 0), "MIN <= MAX")
+
+    need_build()
+    whole_cache(tmp, "--max-side", "48")
+    cache = os.path.join(tmp, "whole")
+    base = [KILN, "train", "--data", cache, "--batch-size", "4", "--workers", "1"]
+    run = subprocess.run(base + ["--epochs", "4", "--res-schedule", "16:32:0:3:8", "--val", cache,
+                                 "--save", os.path.join(tmp, "ck")],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out = run.stdout
+    assert run.returncode == 0, out
+    # The sizes of epochs 0..3: 16, 24 (21.3), 24 (26.7), 32.
+    assert "epoch 1/4: RandomResizedCrop size 16" in out, out
+    assert "epoch 2/4: RandomResizedCrop size 24" in out, out
+    assert "epoch 3/4: RandomResizedCrop size" not in out, out  # unchanged: not repeated
+    assert "epoch 4/4: RandomResizedCrop size 32" in out, out
+    assert "first batch [4, 3, 16, 16]" in out, out
+    assert "CenterCrop(32)" in out and "for 3x32x32" in out, out  # evaluation at MAX
+    again = subprocess.run(base + ["--epochs", "5", "--res-schedule", "16:32:0:4:8",
+                                   "--resume", os.path.join(tmp, "ck")],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert again.returncode != 0 and "--res-schedule 16:32:0:3:8" in again.stdout, again.stdout
+    more = subprocess.run(base + ["--epochs", "5", "--res-schedule", "16:32:0:3:8",
+                                  "--resume", os.path.join(tmp, "ck")],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert more.returncode == 0 and "epoch 5/5: RandomResizedCrop size 32" in more.stdout, \
+        more.stdout
+    bad = subprocess.run(base + ["--epochs", "1", "--res-schedule", "16:32"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert bad.returncode != 0 and "--res-schedule" in bad.stdout and \
+        "MIN:MAX:START:END" in bad.stdout, bad.stdout
+
+
 def check_fixed_records_and_refusals(tmp):
     """RandomResizedCrop on a cache of one fixed size draws its box inside the
     stored record; a plain crop of whole images, RandomResizedCrop of float

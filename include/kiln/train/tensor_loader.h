@@ -85,6 +85,10 @@ class TensorLoader {
   ~TensorLoader();  // hands the ring back
 
   Status StartEpoch(uint64_t epoch, uint64_t start_batch = 0, uint64_t skip = 0);
+  // Between epochs: the output size of a RandomResizedCrop / resize loader
+  // from now on (Loader::SetResolution), at most options.loader.max_crop,
+  // for which the ring was sized; batches take the new shape.
+  Status SetResolution(uint32_t crop);
   // The next batch: inputs [B, C, H, W] (or the record shape with B first),
   // labels int64 [B]. NotFound at the end of the epoch; a record's error as
   // Loader::Next gives it; IOError when the copy to the device fails. Memory
@@ -110,6 +114,8 @@ class TensorLoader {
   void ReleaseHeld();  // hands the slot of the last Next() back to the workers
   Status NextOrThrow(torch::Tensor* inputs, torch::Tensor* labels);
   TensorLoaderOptions opt_;
+  const CacheReader* reader_ = nullptr;
+  DType out_dtype_ = DType::kUint8;
   std::shared_ptr<HostRing> ring_;
   std::vector<torch::Tensor> data_, labels_;  // views of the ring's slots
   std::unique_ptr<Loader> loader_;

@@ -56,6 +56,12 @@ struct TrainOptions {
   // --crop (random when training); "auto" = rrc on a cache of whole images
   // (kiln build --max-side / --shorter-side), else none.
   std::string augment = "auto";
+  // FFCV's progressive resizing with --augment rrc, "MIN:MAX:START:END[:STEP]"
+  // (kiln::ParseResolutionSchedule): each epoch's RandomResizedCrop size,
+  // from MIN (up to epoch START) to MAX (from epoch END on) in steps of
+  // STEP (32); --crop, when given, is the evaluation size (default MAX).
+  // Empty: every epoch at --crop.
+  std::string res_schedule;
   bool channels_last = false;
 
   // Model.
