@@ -391,7 +391,8 @@ class Builder {
   }
 
   // Whether the retryable reject `e` of a finished cache comes out otherwise
-  // now: its file, still among the sources, is processed again. A reject
+  // now: its file, still among the sources, is made into its record again
+  // (image and mask). A reject
   // of the listing itself (no file of the sources) is for the recipe to
   // tell (its source digest changes when the listing does).
   bool ComesOutOtherwise(const RejectEntry& e, const Preprocessor& pre) const {
@@ -400,11 +401,11 @@ class Builder {
     const std::string rel = path.substr(prefix.size());
     const SourceItem* it = FindSource(src_, rel);
     if (it == nullptr) return false;
+    // The whole record, as the pipeline makes it: a reject may have come
+    // from the image's mask.
     Preprocessor::Scratch scratch;
-    std::vector<uint8_t> record(pre.record_bytes());
-    Shape shape;
-    return !Retryable(pre.whole() ? pre.TryProcessWhole(src_.root, *it, &scratch, &record, &shape)
-                                  : pre.TryProcess(src_.root, *it, &scratch, record.data()));
+    RemadeRecord remade;
+    return !Retryable(RemakeRecord(src_, pre, *it, &scratch, &remade));
   }
 
   // sources.tsv: every source file of the build with its size and mtime,

@@ -124,7 +124,7 @@ Status Preprocessor::TryProcessMask(const SourceItem& item, Scratch* scratch,
       return read.IsNotFound() ? Status::NotFound("its mask " + path +
                                                   " is missing (--masks wants a PNG at "
                                                   "each image's relative path, extension .png)")
-                               : read;
+                               : read.WithContext("its mask " + path);
     KILN_RETURN_IF_ERROR(
         image::DecodeMask(bytes.data(), bytes.size(), path, recipe_.max_pixels, &scratch->mask));
     const image::ImageU8& img = scratch->decoded;
