@@ -380,8 +380,12 @@ Status Model::Probe(const std::vector<int64_t>& sample, double* macs, int64_t* o
     torch::Tensor y = Forward(torch::zeros(shape, torch::TensorOptions().device(device())));
     if (outputs) *outputs = y.dim() >= 2 ? y.size(1) : -1;
   } catch (const std::exception& e) {
-    st = Status::InvalidArgument("the model cannot take an input of shape " + c10::str(c10::IntArrayRef(shape)) +
-                                 ": " + LastLine(e.what()));
+    // A c10::Error's what() ends with its C++ backtrace: the message is
+    // the text before it (for TorchScript, the interpreter's last line).
+    const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+    st = Status::InvalidArgument(
+        "the model cannot take an input of shape " + c10::str(c10::IntArrayRef(shape)) + ": " +
+        LastLine(c10_error ? c10_error->what_without_backtrace() : e.what()));
   }
   at::removeCallback(handle);
   if (macs) *macs = g_macs;

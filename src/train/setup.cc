@@ -204,6 +204,24 @@ Status Trainer::BuildModel() {
   double macs = 0;
   int64_t outputs = 0;
   KILN_RETURN_IF_ERROR(model_.Probe(sample_shape_, &macs, &outputs).WithContext("model " + o_.model));
+  if (res_.enabled()) {  // every size the schedule will train at, before any epoch runs
+    uint32_t tried = res_.max_res;
+    for (int64_t e = 0; e < o_.epochs; ++e) {
+      const uint32_t r = ResolutionAt(res_, e);
+      if (r == tried) continue;
+      tried = r;
+      double m = 0;
+      int64_t n = 0;
+      const Status s = model_.Probe({sample_shape_[0], r, r}, &m, &n);
+      if (!s.ok())
+        return Status::InvalidArgument("model " + o_.model + " cannot take the " +
+                                       std::to_string(r) + "x" + std::to_string(r) +
+                                       " inputs --res-schedule gives epoch index " +
+                                       std::to_string(e) + " (" + s.message() +
+                                       "); use a model with adaptive pooling, such as cnn or a "
+                                       "resnet, or train at one size");
+    }
+  }
   if (outputs != classes_)
     return Status::InvalidArgument("model " + o_.model + " gives " + std::to_string(outputs) +
                                    " outputs but " + o_.data + " has " + std::to_string(classes_) +

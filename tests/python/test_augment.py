@@ -256,7 +256,8 @@ def check_res_schedule(tmp):
     """kiln.resolution_at equals FFCV's get_resolution over random schedules
     whose bounds are multiples of the step; kiln train --res-schedule trains
     each epoch at its size (batches of that shape, the ring sized once),
-    evaluates at --crop, and a resume with another schedule is refused."""
+    evaluates at --crop, and a resume with another schedule is refused; a
+    model that cannot take every size (mlp) is refused before training."""
     rng = np.random.default_rng(3)
     compared = 0
     for _ in range(300):
@@ -299,6 +300,10 @@ def check_res_schedule(tmp):
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert more.returncode == 0 and "epoch 5/5: RandomResizedCrop size 32" in more.stdout, \
         more.stdout
+    mlp = subprocess.run(base + ["--epochs", "3", "--res-schedule", "16:32:0:2:8", "--model",
+                                 "mlp"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert mlp.returncode != 0 and "cannot take the 16x16 inputs" in mlp.stdout and \
+        "adaptive pooling" in mlp.stdout and "frame #" not in mlp.stdout, mlp.stdout
     bad = subprocess.run(base + ["--epochs", "1", "--res-schedule", "16:32"],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert bad.returncode != 0 and "--res-schedule" in bad.stdout and \
