@@ -151,7 +151,7 @@ class _Slots:
         arrays, values, at = [], {}, 0
         for name, v in sample.items():
             if isinstance(v, np.ndarray) and not v.dtype.hasobject:
-                v = np.ascontiguousarray(v)
+                v = np.asarray(v, order="C")  # (ascontiguousarray makes 0-d arrays 1-d)
                 arrays.append((name, v, at))
                 at += -(-v.nbytes // self.ALIGN) * self.ALIGN
             else:

@@ -250,6 +250,41 @@ def check_write_dataset_resume_after_kill(tmp):
         open(os.path.join(straight, "skipped.tsv")).read()
 
 
+class ValueKinds:
+    """Samples whose fields come as every kind a dataset may return: a
+    non-contiguous array (a transposed view), a torch tensor, a 0-d array, a
+    numpy scalar and a Python int."""
+
+    def __len__(self):
+        return 30
+
+    def __getitem__(self, i):
+        hwc = (np.arange(5 * 7 * 3, dtype=np.uint8).reshape(5, 7, 3) + i).astype(np.uint8)
+        return {"image": hwc.transpose(2, 0, 1), "score": torch.tensor([i, 0.5]),
+                "w": np.array(i, dtype=np.int32), "v": np.float32(i / 2), "label": i % 3}
+
+
+def check_write_dataset_value_kinds(tmp):
+    """Every kind of field value comes through the workers (shared memory)
+    as it comes without them: the same shards for 0 and 2 workers, nothing
+    skipped, the values read back."""
+    fields = {"image": kiln.Field("uint8", (3, 5, 7)), "score": kiln.Field("float32", (2,)),
+              "w": kiln.Field("int32", ()), "v": kiln.Field("float32", ()),
+              "label": kiln.Field("int64", ())}
+    got = {}
+    for workers in (0, 2):
+        path = os.path.join(tmp, "k%d" % workers)
+        m = kiln.write_dataset(ValueKinds(), path, fields, workers=workers, progress=False,
+                               classes=["a", "b", "c"])
+        assert m["count"] == 30, m
+        got[workers] = shards(path)
+    assert got[0] == got[2], "0 and 2 workers wrote different shards"
+    r = kiln.Cache(os.path.join(tmp, "k2"))[7]
+    assert np.array_equal(r["image"], ValueKinds()[7]["image"]), r["image"]
+    assert r["w"].shape == () and r["w"] == 7 and r["v"] == 3.5 and r["label"] == 1, r
+    assert np.array_equal(r["score"], np.array([7, 0.5], np.float32)), r["score"]
+
+
 class DyingSamples(Samples):
     """Samples whose worker process is killed (SIGKILL) at item `die_at`, the
     first time only (a flag file remembers it)."""
