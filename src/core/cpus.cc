@@ -49,7 +49,7 @@ bool CpuHasNativeBf16() {
 const SimdFeatures& CpuSimd() {
   static const SimdFeatures features = [] {
     SimdFeatures f;
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#ifdef KILN_X86_SIMD
     __builtin_cpu_init();
     f.sse41 = __builtin_cpu_supports("sse4.1");
     f.avx2 = __builtin_cpu_supports("avx2");

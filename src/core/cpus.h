@@ -23,6 +23,12 @@ bool CpuHasNativeBf16();
 // The rule of CpuHasNativeBf16 applied to the text of a /proc/cpuinfo.
 bool CpuinfoHasNativeBf16(const std::string& cpuinfo);
 
+// Defined where kiln compiles its x86-64 SIMD kernels (GCC or Clang target
+// attributes); which of them run is CpuSimd's to say.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define KILN_X86_SIMD 1
+#endif
+
 // The x86-64 SIMD extensions kiln's image kernels use (resampling, the
 // loader's normalization), as the CPU and the OS support them
 // (__builtin_cpu_supports, which checks the OS saves the AVX/AVX-512

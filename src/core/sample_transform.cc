@@ -8,7 +8,7 @@
 
 #include "core/cpus.h"
 
-#if defined(__x86_64__)
+#ifdef KILN_X86_SIMD
 #include <immintrin.h>
 #endif
 
@@ -71,12 +71,9 @@ SamplePlan PlanSample(const LoaderOptions& o, uint32_t size, uint64_t epoch, uin
 
 namespace {
 
-// The SIMD kernels below exist for x86-64 only and are chosen at run time
-// by what the CPU supports (and UseSampleKernels); each gives exactly the
-// portable code's values.
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define KILN_SAMPLE_X86 1
-#endif
+// The SIMD kernels below exist for x86-64 only (KILN_X86_SIMD) and are
+// chosen at run time by what the CPU supports (and UseSampleKernels); each
+// gives exactly the portable code's values.
 
 std::atomic<bool> g_simd{true};
 
@@ -85,7 +82,7 @@ bool Avx2F16cFma() {
   return cpu.avx2 && cpu.f16c && cpu.fma && g_simd.load(std::memory_order_relaxed);
 }
 
-#ifdef KILN_SAMPLE_X86
+#ifdef KILN_X86_SIMD
 // (v / 255 - mean) / std of n uint8 values, as float32 or IEEE half: the
 // table's float operations, two divisions per value.
 __attribute__((target("avx2,f16c"))) size_t NormalizeDivAvx2(const uint8_t* in, size_t n,
@@ -212,7 +209,7 @@ void SampleWriter::Write(const uint8_t* src, int h, int w, const SamplePlan& pla
     size_t x = 0;
     if (out_ == DType::kFloat16) {
       uint16_t* d = static_cast<uint16_t*>(dst) + c * plane;
-#ifdef KILN_SAMPLE_X86
+#ifdef KILN_X86_SIMD
       if (Avx2F16cFma()) {
         x = fma_half_[t] ? NormalizeFmaHalfAvx2(v, plane, scale_[t], shift_[t], d)
                          : NormalizeDivAvx2(v, plane, mean_[t], std_[t], true, d);
@@ -221,7 +218,7 @@ void SampleWriter::Write(const uint8_t* src, int h, int w, const SamplePlan& pla
       for (; x < plane; ++x) d[x] = half_[t][v[x]];
     } else {
       float* d = static_cast<float*>(dst) + c * plane;
-#ifdef KILN_SAMPLE_X86
+#ifdef KILN_X86_SIMD
       if (Avx2F16cFma()) x = NormalizeDivAvx2(v, plane, mean_[t], std_[t], false, d);
 #endif
       for (; x < plane; ++x) d[x] = table_[t][v[x]];

@@ -29,7 +29,7 @@ void HorizontalRow(const uint8_t* src, int, const AxisTaps& taps, int n, uint8_t
 }
 
 RowFn HorizontalKernel(int channels) {
-#ifdef KILN_RESAMPLE_X86
+#ifdef KILN_X86_SIMD
   if (CpuSimd().sse41 && Allowed(kKernelsSse41) && (channels == 3 || channels == 4))
     return Sse41Row(channels);
 #endif
@@ -41,15 +41,18 @@ RowFn HorizontalKernel(int channels) {
   }
 }
 
-// Which horizontal kernel a pass uses, and its prepared weights.
+// Which horizontal kernel a pass uses, and its prepared weights: chosen
+// once per pass, not per row.
 struct HorizontalPlan {
   enum Kind { kRow, kMadd, kPlane, kPlane512 } kind = kRow;
   int pairs = 0;
+  RowFn row = nullptr;  // kRow's kernel
 };
 
 HorizontalPlan PlanHorizontal(const AxisTaps& taps, int n, int channels, ResampleScratch* ws) {
   HorizontalPlan plan;
-#ifdef KILN_RESAMPLE_X86
+  plan.row = HorizontalKernel(channels);
+#ifdef KILN_X86_SIMD
   if (!CpuSimd().avx2 || !Allowed(kKernelsAvx2)) return plan;
   const int max_count =
       taps.count.empty() ? 0 : *std::max_element(taps.count.begin(), taps.count.end());
@@ -84,7 +87,7 @@ void HorizontalPass(const uint8_t* in, size_t in_stride, int in_w, int channels,
   for (int y = row_begin; y < row_end; ++y) {
     const uint8_t* src = in + y * in_stride;
     uint8_t* dst = out + (y - row_begin) * out_stride;
-#ifdef KILN_RESAMPLE_X86
+#ifdef KILN_X86_SIMD
     if (plan.kind == HorizontalPlan::kMadd) {
       MaddRowAvx2(channels, plan.pairs, src, in_w, taps, ws.madd.data(), n, dst);
       continue;
@@ -99,7 +102,7 @@ void HorizontalPass(const uint8_t* in, size_t in_stride, int in_w, int channels,
       continue;
     }
 #endif
-    HorizontalKernel(channels)(src, in_w, taps, n, dst);
+    plan.row(src, in_w, taps, n, dst);
   }
 }
 
@@ -194,7 +197,7 @@ void Resample(const uint8_t* in, size_t in_stride, size_t in_plane, int planes, 
     if (flip) MirrorTaps(&htaps);
     hplan = PlanHorizontal(htaps, region_w, channels, &ws);
   }
-#ifdef KILN_RESAMPLE_X86
+#ifdef KILN_X86_SIMD
   const bool avx2 = CpuSimd().avx2 && Allowed(kKernelsAvx2);
   const bool avx512 = CpuSimd().avx512bw_vbmi && Allowed(kKernelsAvx512) && vtaps.ksize <= 16;
 #endif
@@ -224,7 +227,7 @@ void Resample(const uint8_t* in, size_t in_stride, size_t in_plane, int planes, 
       continue;
     }
     // Vertical pass.
-#ifdef KILN_RESAMPLE_X86
+#ifdef KILN_X86_SIMD
     if (avx2) {
       std::vector<const uint8_t*>& rows = ws.rows;
       rows.resize(vtaps.ksize);

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/cpus.h"
 #include "resample.h"
 
 namespace kiln::image::internal {
@@ -25,12 +26,10 @@ inline uint8_t Clip8(int32_t acc) {
   return static_cast<uint8_t>(v < 0 ? 0 : v > 255 ? 255 : v);
 }
 
-// The SIMD kernels below exist only for x86-64 and are chosen at run time
-// by what the CPU supports; they give exactly the portable code's bytes
-// (the same integer arithmetic, in the same order of rounding).
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define KILN_RESAMPLE_X86 1
-#endif
+// The SIMD kernels below exist only for x86-64 (KILN_X86_SIMD) and are
+// chosen at run time by what the CPU supports; they give exactly the
+// portable code's bytes (the same integer arithmetic, in the same order of
+// rounding).
 
 // One output pixel of the horizontal pass, C channels.
 template <int C>
@@ -49,7 +48,7 @@ inline void HorizontalPixel(const uint8_t* src, const AxisTaps& taps, int ox, ui
 // portable row (HorizontalRow<C> in resample.cc) has.
 using RowFn = void (*)(const uint8_t*, int, const AxisTaps&, int, uint8_t*);
 
-#ifdef KILN_RESAMPLE_X86
+#ifdef KILN_X86_SIMD
 // SSE4.1 horizontal row, 3 or 4 channels.
 RowFn Sse41Row(int channels);
 

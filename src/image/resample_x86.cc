@@ -1,7 +1,7 @@
 // The resampler's x86 SIMD kernels (resample_kernels.h says what each is).
 #include "resample_kernels.h"
 
-#ifdef KILN_RESAMPLE_X86
+#ifdef KILN_X86_SIMD
 
 #include <immintrin.h>
 
@@ -204,6 +204,24 @@ void MaddWeights(const AxisTaps& taps, int n, int channels, int pairs, std::vect
 
 namespace {
 
+// The kSpan input bytes of a group of outputs from `base` in a row of in_w
+// bytes: in place, or, where they would run past the row, a zero-padded
+// copy of the row's end in `tail`.
+template <size_t kSpan>
+inline const uint8_t* GroupBytes(const uint8_t* src, int base, int in_w, uint8_t (&tail)[kSpan]) {
+  if (base + static_cast<int>(kSpan) <= in_w) return src + base;
+  std::memset(tail, 0, kSpan);
+  std::memcpy(tail, src + base, static_cast<size_t>(in_w - base));
+  return tail;
+}
+
+// The first `count` bytes of `b8` into dst (the last group of a row).
+inline void StoreFirst(uint8_t* dst, __m128i b8, int count) {
+  alignas(16) uint8_t last[16];
+  _mm_store_si128(reinterpret_cast<__m128i*>(last), b8);
+  std::memcpy(dst, last, static_cast<size_t>(count));
+}
+
 // AVX2 horizontal pass of one plane (1 channel), eight output pixels per
 // step. A step's windows lie in the 16 input bytes from the group's base
 // (PlanePairs checks it); the bytes are broadcast to both 128-bit halves
@@ -221,13 +239,7 @@ __attribute__((target("avx2"))) void HorizontalRowPlaneAvx2(const uint8_t* src, 
   alignas(16) uint8_t tail[16];
   const int groups = (n + 7) / 8;
   for (int g = 0; g < groups; ++g) {
-    const int base = bases[g];
-    const uint8_t* p = src + base;
-    if (base + 16 > in_w) {
-      std::memset(tail, 0, sizeof(tail));
-      std::memcpy(tail, p, static_cast<size_t>(in_w - base));
-      p = tail;
-    }
+    const uint8_t* p = GroupBytes(src, bases[g], in_w, tail);
     const __m256i px =
         _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     const PlaneTapPair* q = pairs + static_cast<size_t>(g) * kPairs;
@@ -249,9 +261,7 @@ __attribute__((target("avx2"))) void HorizontalRowPlaneAvx2(const uint8_t* src, 
     if (ox + 8 <= n) {
       _mm_storel_epi64(reinterpret_cast<__m128i*>(dst + ox), b8);
     } else {
-      alignas(16) uint8_t last[16];
-      _mm_store_si128(reinterpret_cast<__m128i*>(last), b8);
-      std::memcpy(dst + ox, last, static_cast<size_t>(n - ox));
+      StoreFirst(dst + ox, b8, n - ox);
     }
   }
 }
@@ -271,13 +281,7 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) void HorizontalRowPlaneAv
   alignas(32) uint8_t tail[32];
   const int groups = (n + 15) / 16;
   for (int g = 0; g < groups; ++g) {
-    const int base = bases[g];
-    const uint8_t* p = src + base;
-    if (base + 32 > in_w) {
-      std::memset(tail, 0, sizeof(tail));
-      std::memcpy(tail, p, static_cast<size_t>(in_w - base));
-      p = tail;
-    }
+    const uint8_t* p = GroupBytes(src, bases[g], in_w, tail);
     const __m512i px =
         _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     const PlaneTapPair512* q = pairs + static_cast<size_t>(g) * kPairs;
@@ -295,9 +299,7 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) void HorizontalRowPlaneAv
     if (ox + 16 <= n) {
       _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + ox), b8);
     } else {
-      alignas(16) uint8_t last[16];
-      _mm_store_si128(reinterpret_cast<__m128i*>(last), b8);
-      std::memcpy(dst + ox, last, static_cast<size_t>(n - ox));
+      StoreFirst(dst + ox, b8, n - ox);
     }
   }
 }
@@ -464,4 +466,4 @@ void PlaneRowAvx512(int pairs, const uint8_t* src, int in_w, const int* bases,
 
 }  // namespace kiln::image::internal
 
-#endif  // KILN_RESAMPLE_X86
+#endif  // KILN_X86_SIMD

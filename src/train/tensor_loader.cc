@@ -81,6 +81,20 @@ std::vector<int64_t> BatchShape(const Manifest& m, const TensorLoaderOptions& op
   return shape;
 }
 
+// Bytes of a batch of `shape` in `dtype` (0 for an empty shape: options the
+// loader refuses).
+int64_t BatchBytes(const std::vector<int64_t>& shape, DType dtype) {
+  if (shape.empty()) return 0;
+  int64_t n = static_cast<int64_t>(DTypeSize(dtype));
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// A slot of the ring (bytes) viewed as a batch of `shape` in `dtype`.
+torch::Tensor BatchView(const torch::Tensor& slot, const std::vector<int64_t>& shape, DType dtype) {
+  return slot.narrow(0, 0, BatchBytes(shape, dtype)).view(CacheScalarType(dtype)).view(shape);
+}
+
 // The element type of the loader's output (the records').
 DType OutputDType(const Manifest& m, const TensorLoaderOptions& options) {
   DType d = m.dtype;
@@ -143,10 +157,8 @@ void TensorLoader::SlotSize(const CacheReader* reader, const TensorLoaderOptions
                             int64_t* data_bytes, int64_t* labels) {
   TensorLoaderOptions largest = options;  // the ring holds the largest resolution
   largest.loader.crop = std::max(options.loader.crop, options.loader.max_crop);
-  const std::vector<int64_t> shape = BatchShape(reader->manifest(), largest);
-  int64_t n = static_cast<int64_t>(DTypeSize(OutputDType(reader->manifest(), options)));
-  for (int64_t d : shape) n *= d;
-  *data_bytes = shape.empty() ? 0 : n;
+  *data_bytes =
+      BatchBytes(BatchShape(reader->manifest(), largest), OutputDType(reader->manifest(), options));
   *labels = static_cast<int64_t>(options.loader.batch_size);
 }
 
@@ -172,12 +184,9 @@ Status TensorLoader::Open(const CacheReader* reader, const TensorLoaderOptions& 
   t->ring_ = ring;
   t->reader_ = reader;
   t->out_dtype_ = out_dtype;
-  int64_t batch_bytes = static_cast<int64_t>(DTypeSize(out_dtype));  // at the current size
-  for (int64_t d : shape) batch_bytes *= d;
   std::vector<BatchSlot> slots;
   for (int i = 0; i < options.slots; ++i) {
-    t->data_.push_back(
-        ring->data_[i].narrow(0, 0, batch_bytes).view(CacheScalarType(out_dtype)).view(shape));
+    t->data_.push_back(BatchView(ring->data_[i], shape, out_dtype));  // at the current size
     t->labels_.push_back(ring->labels_[i].narrow(0, 0, labels));
     slots.push_back({t->data_.back().data_ptr(), t->labels_.back().data_ptr<int64_t>()});
   }
@@ -213,30 +222,28 @@ void TensorLoader::ReleaseHeld() {
   held_ = -1;
 }
 
-Status TensorLoader::StartEpoch(uint64_t epoch, uint64_t start_batch, uint64_t skip) {
+Status TensorLoader::HandBackHeld() {
   try {
     ReleaseHeld();
   } catch (const std::exception& e) {
     return Status::IOError(std::string("tensor loader: waiting for the copy to ") +
                            opt_.device.str() + " failed: " + e.what());
   }
+  return Status::OK();
+}
+
+Status TensorLoader::StartEpoch(uint64_t epoch, uint64_t start_batch, uint64_t skip) {
+  KILN_RETURN_IF_ERROR(HandBackHeld());
   return loader_->StartEpoch(epoch, start_batch, skip);
 }
 
 Status TensorLoader::SetResolution(uint32_t crop) {
-  try {
-    ReleaseHeld();
-  } catch (const std::exception& e) {
-    return Status::IOError(std::string("tensor loader: waiting for the copy to ") +
-                           opt_.device.str() + " failed: " + e.what());
-  }
+  KILN_RETURN_IF_ERROR(HandBackHeld());
   KILN_RETURN_IF_ERROR(loader_->SetResolution(crop));
   opt_.loader.crop = crop;
   const std::vector<int64_t> shape = BatchShape(reader_->manifest(), opt_);
-  int64_t bytes = static_cast<int64_t>(DTypeSize(out_dtype_));
-  for (int64_t d : shape) bytes *= d;
   for (size_t i = 0; i < data_.size(); ++i)
-    data_[i] = ring_->data_[i].narrow(0, 0, bytes).view(CacheScalarType(out_dtype_)).view(shape);
+    data_[i] = BatchView(ring_->data_[i], shape, out_dtype_);
   return Status::OK();
 }
 

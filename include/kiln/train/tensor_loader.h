@@ -112,6 +112,7 @@ class TensorLoader {
   // its host slot. Defined in tensor_loader.cc only.
   struct Copier;
   void ReleaseHeld();  // hands the slot of the last Next() back to the workers
+  Status HandBackHeld();  // ReleaseHeld, a failed wait for the copy as an IOError
   Status NextOrThrow(torch::Tensor* inputs, torch::Tensor* labels);
   TensorLoaderOptions opt_;
   const CacheReader* reader_ = nullptr;
