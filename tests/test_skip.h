@@ -20,6 +20,10 @@ enum class SkipWhy {
   // Something the host may not allow even with everything installed (a
   // read-only bind mount without the privilege): a skip, even in CI.
   kHostCannot,
+  // A GPU this machine lacks: the [cuda] cases, compiled in every build and
+  // run by CTest everywhere, skip (visibly, even in CI) where CUDA finds no
+  // device, and run on a GPU machine (tools/gpu_check.sh).
+  kNoDevice,
 };
 constexpr int kSkipExitCode = 77;
 void Skip(SkipWhy why, const std::string& reason);

@@ -32,11 +32,8 @@ int RunDeviceBench(const BenchArgs& a) {
     return ReportError("bench", Status::InvalidArgument("--device " + a.device +
                                                         ": expected cpu, cuda or cuda:N"));
   }
-  if (device.is_cuda() && !torch::cuda::is_available())
-    return ReportError("bench", Status::NotSupported(
-                                    "--device " + a.device +
-                                    ": no CUDA device, or this kiln is built against a LibTorch "
-                                    "without CUDA (Debian's is CPU-only; see tools/gpu_check.sh)"));
+  if (Status no = train::CheckCudaDevice(device, "--device " + a.device); !no.ok())
+    return ReportError("bench", no);
   std::unique_ptr<CacheReader> reader;
   Status s = CacheReader::Open(a.dir, ReaderOptions(), &reader);
   if (!s.ok()) return ReportError("bench", s);

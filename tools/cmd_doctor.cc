@@ -33,7 +33,11 @@ KILN_COMMAND(Command{"doctor",
                                        "verify --level quick");
                        sub->add_option("--cuda-library", o->cuda_library,
                                        "the CUDA driver library to probe (default libcuda.so.1)");
-                       AddExamples(sub, {"kiln doctor OUT/train", "kiln doctor"});
+                       sub->add_option("--device", o->device,
+                                       "cuda or cuda:N: that GPU is needed; without it, say "
+                                       "'no CUDA device: ...' and exit 2 before any other check");
+                       AddExamples(sub, {"kiln doctor OUT/train", "kiln doctor",
+                                         "kiln doctor --device cuda"});
                        return [o] { return RunDoctorCommand(*o); };
                      }});
 

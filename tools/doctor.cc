@@ -518,8 +518,31 @@ Finding LibraryFinding() {
 
 // ---- All of it
 
+namespace {
+
+// --device cuda[:N]: the device must be there.
+Status RequireDevice(const std::string& device, const GpuProbe& gpu) {
+  const std::string option = "--device " + device;
+  if (device == "cpu") return Status::OK();
+  const std::string n = device.size() > 5 ? device.substr(5) : "";
+  if (device.rfind("cuda", 0) != 0 || (device.size() > 4 && device[4] != ':') ||
+      (device.size() > 4 && (n.empty() || n.size() > 4 ||
+                             n.find_first_not_of("0123456789") != std::string::npos)))
+    return Status::InvalidArgument(option + ": expected cpu, cuda or cuda:N");
+  const size_t index = n.empty() ? 0 : std::stoul(n);
+  if (gpu.devices.empty()) return Status::NotSupported("no CUDA device: " + option + ": " + gpu.none_reason);
+  if (index >= gpu.devices.size())
+    return Status::NotSupported("no CUDA device: " + option + ": the CUDA driver sees " +
+                                std::to_string(gpu.devices.size()) + " device(s)");
+  return Status::OK();
+}
+
+}  // namespace
+
 Status RunDoctor(const DoctorOptions& o, std::vector<Finding>* findings, bool* cache_ok) {
   *cache_ok = true;
+  const GpuProbe gpu = ProbeGpus(o.cuda_library, o.pinned_bytes);
+  if (!o.device.empty()) KILN_RETURN_IF_ERROR(RequireDevice(o.device, gpu));
   findings->push_back(CpuFinding(ProbeCpus(o.cgroup_cpu_max)));
   MemInfo mem;
   if (ParseMemInfo(ReadText(o.meminfo), &mem).ok()) {
@@ -530,7 +553,7 @@ Status RunDoctor(const DoctorOptions& o, std::vector<Finding>* findings, bool* c
     findings->push_back(
         {FindingLevel::kInfo, "memory", o.meminfo + " is unreadable: RAM unknown."});
   if (!o.cache.empty()) KILN_RETURN_IF_ERROR(CacheFindings(o.cache, mem, findings, cache_ok));
-  for (Finding& f : GpuFindings(ProbeGpus(o.cuda_library, o.pinned_bytes), o.pinned_bytes))
+  for (Finding& f : GpuFindings(gpu, o.pinned_bytes))
     findings->push_back(std::move(f));
   findings->push_back(LibraryFinding());
   return Status::OK();

@@ -40,10 +40,16 @@ struct DoctorOptions {
   uint64_t pinned_bytes = 64ull << 20;                    // page-locked host memory to try (bytes)
   std::string meminfo = "/proc/meminfo";                  // where RAM sizes are read
   std::string cgroup_cpu_max = "/sys/fs/cgroup/cpu.max";  // cgroup v2 CPU quota
+  // "cuda" or "cuda:N": the user needs that GPU. Without one, RunDoctor
+  // returns NotSupported("no CUDA device: ...") before any other check;
+  // "" (default): the GPU is one finding among the others.
+  std::string device;
 };
 
 // Runs every check, in the order of the functions below. Returns NotFound
-// when options.cache is set but names no directory; otherwise OK, with a
+// when options.cache is set but names no directory, NotSupported when
+// options.device names a CUDA device this machine lacks (or an invalid
+// device name: InvalidArgument); otherwise OK, with a
 // cache that cannot be opened or fails `verify --level quick` reported as
 // a warning and *cache_ok = false.
 Status RunDoctor(const DoctorOptions& options, std::vector<Finding>* findings, bool* cache_ok);

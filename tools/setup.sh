@@ -1,21 +1,40 @@
 #!/bin/bash
 # kiln's one set-up script: installs the Debian packages kiln needs (only
-# those missing; idempotent), configures and builds into build/, then runs
-# the demo (build a cache of sample_data, verify it, inspect it, train on it) or the
+# those missing; idempotent), configures and builds, then runs the demo
+# (build a cache of sample_data, verify it, inspect it, train on it) or the
 # test suite.
-#   usage: tools/setup.sh demo|test|build
+#   usage: tools/setup.sh demo|test|build|gpu|cuda-test
+#   demo, test, build: against Debian's LibTorch 1.13 (CPU only), into build/.
+#   gpu:       against a CUDA PyTorch, into build-cuda/ (kiln, kiln-train and
+#              the Python module for that Python): the user's own with
+#              KILN_PYTHON=/path/to/python, else the torch pinned in
+#              tools/torch-requirements.txt, installed from PyPI into a venv
+#              under ~/.cache/kiln (the wheels kept there for reruns). Needs
+#              the CUDA toolkit (nvcc, CUDA_HOME, default /usr/local/cuda);
+#              no GPU is needed to build.
+#   cuda-test: gpu, then the test suite on that build (CI; device-free tests
+#              run, [cuda] ones say they skipped where there is no GPU).
 set -euo pipefail
 mode=${1:-demo}
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
+case "$mode" in demo|test|build|gpu|cuda-test) ;;
+  *) echo "usage: tools/setup.sh demo|test|build|gpu|cuda-test" >&2; exit 2 ;;
+esac
 
 pkgs=(build-essential cmake ninja-build pkg-config
       liblmdb-dev libxxhash-dev nlohmann-json3-dev libcli11-dev libtbb-dev catch2
-      libopencv-dev libturbojpeg0-dev libtorch-dev libgloo-dev
+      libopencv-dev libturbojpeg0-dev
       python3-dev pybind11-dev python3-pybind11    # the Python module kiln
       python3-matplotlib)                          # kiln plot
+case "$mode" in
+  gpu|cuda-test) pkgs+=(python3-venv) ;;           # the venv of the pinned torch
+  *) pkgs+=(libtorch-dev libgloo-dev) ;;           # Debian's LibTorch, c10d's Gloo
+esac
 # The tests compare kiln with torchvision/PIL and read caches from Python.
 [ "$mode" = test ] && pkgs+=(python3 python3-numpy python3-pil python3-torch python3-torchvision python3-lmdb python3-venv python3-setuptools python3-wheel)
+# The CUDA build's tests: PIL for kiln's own image tests, setuptools/wheel for pip install.
+[ "$mode" = cuda-test ] && pkgs+=(python3-pil python3-numpy python3-setuptools python3-wheel python3-skimage)
 
 missing=()
 for p in "${pkgs[@]}"; do
@@ -26,6 +45,75 @@ if [ ${#missing[@]} -gt 0 ]; then
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
   $sudo apt-get update -q
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# The CUDA build (gpu, cuda-test): a Python with a CUDA torch, then kiln
+# against that torch's LibTorch, with nvcc and NCCL.
+if [ "$mode" = gpu ] || [ "$mode" = cuda-test ]; then
+  cuda_home=${CUDA_HOME:-/usr/local/cuda}
+  if [ ! -x "$cuda_home/bin/nvcc" ]; then
+    echo "tools/setup.sh $mode: no CUDA toolkit at $cuda_home (no bin/nvcc): install CUDA 12/13 or set CUDA_HOME" >&2
+    exit 2
+  fi
+  if [ -n "${KILN_PYTHON:-}" ]; then
+    py=$KILN_PYTHON
+    echo "== the PyTorch of $py (KILN_PYTHON)"
+  else
+    req=tools/torch-requirements.txt
+    cache=${KILN_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kiln}
+    wheels=$cache/wheels
+    tag=$(grep -v '^#' "$req" | sha256sum | cut -c1-12)
+    venv=$cache/venv-$tag
+    py=$venv/bin/python
+    if [ "$(cat "$venv/.kiln-ready" 2>/dev/null)" != "$tag" ]; then
+      echo "== a venv with $(grep '^torch==' "$req") in $venv (wheels kept in $wheels)"
+      t0=$SECONDS
+      rm -rf "$venv"
+      /usr/bin/python3 -m venv "$venv"
+      mkdir -p "$wheels"
+      # pip download skips the files the folder already has: a rerun fetches nothing.
+      "$py" -m pip download -q -d "$wheels" -r "$req"
+      "$py" -m pip install -q --no-index --find-links "$wheels" -r "$req"
+      echo "$tag" >"$venv/.kiln-ready"
+      echo "== venv ready in $((SECONDS - t0)) s"
+    fi
+  fi
+  if ! "$py" -c 'import torch, sys; sys.exit(0 if torch.version.cuda else 3)'; then
+    echo "tools/setup.sh $mode: the torch of $py has no CUDA (torch.version.cuda is None): use a CUDA wheel" >&2
+    exit 2
+  fi
+  torch_dir=$("$py" -c 'import os, torch; print(os.path.dirname(torch.__file__))')
+  "$py" -c 'import torch; print("== torch %s, CUDA %s, at %s" % (torch.__version__, torch.version.cuda, torch.__file__))'
+  nccl_inc=$("$py" tools/find_nccl.py)
+  # NumPy 2 (what current torch brings) needs pybind11 >= 2.12; Debian's is 2.10.
+  pybind11_dir=$("$py" -m pybind11 --cmakedir 2>/dev/null || true)
+  bdir=build-cuda
+  echo "== building kiln against that LibTorch (CUDA) in $bdir/"
+  # TORCH_LIBRARY, c10_LIBRARY: TorchConfig's find_library would take Debian's
+  # libtorch-dev first where it is installed too.
+  cmake -S . -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_REQUIRE_CUDA=ON \
+    -DCMAKE_PREFIX_PATH="$torch_dir/share/cmake" \
+    -DTORCH_LIBRARY="$torch_dir/lib/libtorch.so" -Dc10_LIBRARY="$torch_dir/lib/libc10.so" \
+    -DCMAKE_CUDA_COMPILER="$cuda_home/bin/nvcc" -DCUDAToolkit_ROOT="$cuda_home" \
+    -DKILN_NCCL_INCLUDE_DIR="$nccl_inc" -DPython3_EXECUTABLE="$py" -DKILN_TEST_PYTHON="$py" \
+    ${pybind11_dir:+-Dpybind11_DIR="$pybind11_dir"} \
+    | grep -E '^-- kiln' || true
+  [ -f "$bdir/build.ninja" ] || { echo "tools/setup.sh $mode: configuring $bdir failed" >&2; exit 2; }
+  t0=$SECONDS
+  cmake --build "$bdir" -j "$(nproc)"
+  echo "== built in $((SECONDS - t0)) s; kiln-train links: $(ldd "$bdir/kiln-train" | grep -oE 'lib(torch_cuda|c10_cuda|nccl|cudart)\.so[^ ]*' | sort -u | tr '\n' ' ')"
+  ldd "$bdir/kiln-train" | grep -q 'libtorch_cuda.so' ||
+    { echo "tools/setup.sh $mode: $bdir/kiln-train does not link libtorch_cuda.so" >&2; exit 1; }
+  if [ "$mode" = gpu ]; then
+    echo "== done: $bdir/kiln (train --device cuda), PYTHONPATH=$root/$bdir/python $py -c 'import kiln'"
+  else
+    echo "== tests of the CUDA build (torch from $py; [cuda] cases skip without a GPU)"
+    # KILN_CTEST_EXCLUDE: a regex of tests not to run (.ci/run names those
+    # still failing on the current torch, with the reason).
+    cd "$bdir" && KILN_TESTS_MUST_RUN=1 ctest --output-on-failure -j "$(nproc)" \
+      ${KILN_CTEST_EXCLUDE:+-E "$KILN_CTEST_EXCLUDE"}
+  fi
+  exit 0
 fi
 
 echo "== building kiln in build/"
@@ -64,5 +152,4 @@ case "$mode" in
     # (no kiln build, no Gloo, no PIL...) fails instead.
     cd build && KILN_TESTS_MUST_RUN=1 ctest --output-on-failure -j "$(nproc)"
     ;;
-  *) echo "usage: tools/setup.sh demo|test|build" >&2; exit 2 ;;
 esac

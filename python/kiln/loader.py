@@ -305,9 +305,13 @@ class Loader:
         device = torch.device(device)
         if device.type == "cuda":
             if not torch.cuda.is_available():
-                raise RuntimeError("kiln.Loader: device %r, but this torch has no CUDA or this "
-                                   "machine no GPU (torch.cuda.is_available() is False); use "
-                                   "device='cpu' or leave device out" % (str(device),))
+                why = ("this torch %s is built without CUDA" % torch.__version__
+                       if torch.version.cuda is None else
+                       "torch %s (CUDA %s) finds no GPU here" % (torch.__version__,
+                                                                 torch.version.cuda))
+                raise RuntimeError("no CUDA device: kiln.Loader(device=%r): %s "
+                                   "(torch.cuda.is_available() is False); use device='cpu' or "
+                                   "leave device out" % (str(device), why))
             if device.index is None:
                 device = torch.device("cuda", torch.cuda.current_device())
         if dtype is not None and dtype not in (torch.float32, torch.float16, torch.bfloat16):

@@ -28,6 +28,7 @@
 #include <pybind11/stl.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
@@ -145,6 +146,19 @@ PYBIND11_MODULE(_kiln, m) {
   g_corruption_error = corruption.ptr();
   py::register_exception_translator(&TranslateStatusError);
   m.attr("__version__") = KilnVersion();
+#if PYBIND11_VERSION_MAJOR < 3 && PYBIND11_VERSION_MINOR < 12
+  // pybind11 before 2.12 reads NumPy 1's dtype layout: under NumPy 2 its
+  // arrays get itemsize 0 (every stride 0: each record reads as its first
+  // value). Refuse to load rather than return wrong data.
+  {
+    const std::string v = py::module_::import("numpy").attr("__version__").cast<std::string>();
+    if (std::atoi(v.c_str()) >= 2)
+      throw py::import_error("kiln: this module was built with pybind11 " PYBIND11_TOSTRING(
+          PYBIND11_VERSION_MAJOR) "." PYBIND11_TOSTRING(PYBIND11_VERSION_MINOR) ", which cannot "
+          "read NumPy " + v + " arrays (pybind11 >= 2.12 can): rebuild kiln with a newer "
+          "pybind11 (tools/setup.sh gpu uses PyPI's), or use NumPy 1.x");
+  }
+#endif
   m.def(
       "unescape_name",
       [](const std::string& text) {

@@ -153,7 +153,14 @@ Module NewModule(const CU& cu, const std::string& type) {
   return m;
 }
 
-std::string Pair(int64_t a) { return "[" + std::to_string(a) + ", " + std::to_string(a) + "]"; }
+// Appended piece by piece: GCC 12's -Wrestrict misfires on "[" + std::string&&
+// under C++20 (GCC bug 105329), which LibTorch 2.x makes kiln::train use.
+std::string Pair(int64_t a) {
+  const std::string n = std::to_string(a);
+  std::string s = "[";
+  s.append(n).append(", ").append(n).append("]");
+  return s;
+}
 
 // Placeholders of the right shape: Model::Build puts the eager tensors in.
 torch::Tensor Slot(std::vector<int64_t> shape) { return torch::empty(shape); }

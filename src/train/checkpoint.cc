@@ -272,7 +272,10 @@ std::string Shown(const std::string& option, const json& value) {
   if (value.is_boolean()) return value.get<bool>() ? option : "no " + option;
   if (value.is_array()) {
     std::string all;
-    for (const auto& v : value) all += (all.empty() ? "" : ",") + v.get<std::string>();
+    for (const auto& v : value) {
+      if (!all.empty()) all += ',';  // not ("" or ",") + string&&: GCC 12's -Wrestrict (C++20)
+      all += v.get<std::string>();
+    }
     return all.empty() ? "no " + option : option + " " + all;
   }
   if (value.is_string()) {

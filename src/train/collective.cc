@@ -16,6 +16,8 @@
 #include <cstdlib>
 #include <optional>
 
+#include "kiln/train/tensor_loader.h"
+
 namespace kiln::train {
 namespace internal {
 namespace {
@@ -159,9 +161,7 @@ Status ChooseDevice(const std::string& option, const Launch& launch, int64_t cud
     if (!d.is_cpu() && !d.is_cuda())
       return Status::InvalidArgument("--device " + option + ": expected auto, cpu, cuda or cuda:N");
   }
-  if (d.is_cuda() && cuda_devices == 0)
-    return Status::InvalidArgument(who + "--device " + option +
-                                   ": this LibTorch or machine has no CUDA (use --device cpu)");
+  if (d.is_cuda() && cuda_devices == 0) return NoCudaDevice(who + "--device " + option);
   if (d.is_cuda() && !d.has_index()) {
     if (launch.local_rank >= 0) {
       d = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(launch.local_rank));

@@ -99,4 +99,13 @@ double PinnedHostToDeviceBandwidth(torch::Device device, int64_t bytes, int reps
   return s > 0 ? static_cast<double>(bytes) * reps / s : 0.0;
 }
 
+bool BuiltWithCuda() { return true; }
+
+Status NoCudaDevice(const std::string& option) {
+  return Status::NotSupported(
+      "no CUDA device: " + option +
+      ": the CUDA LibTorch finds no GPU here (torch::cuda::is_available() is false: no "
+      "NVIDIA driver or no device); use --device cpu");
+}
+
 }  // namespace kiln::train

@@ -15,4 +15,13 @@ namespace kiln::train {
 
 double PinnedHostToDeviceBandwidth(torch::Device, int64_t, int) { return 0.0; }
 
+bool BuiltWithCuda() { return false; }
+
+Status NoCudaDevice(const std::string& option) {
+  return Status::NotSupported(
+      "no CUDA device: " + option +
+      ": this kiln is built against a LibTorch without CUDA (Debian's libtorch-dev is "
+      "CPU-only): build against a CUDA PyTorch with tools/setup.sh gpu");
+}
+
 }  // namespace kiln::train

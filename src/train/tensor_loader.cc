@@ -296,4 +296,9 @@ double TensorLoader::TakeWaitSeconds() {
   return w;
 }
 
+Status CheckCudaDevice(torch::Device device, const std::string& option) {
+  if (!device.is_cuda() || torch::cuda::is_available()) return Status::OK();
+  return NoCudaDevice(option);
+}
+
 }  // namespace kiln::train

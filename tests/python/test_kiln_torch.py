@@ -33,7 +33,7 @@ try:
     import torch
     import lmdb  # noqa: F401  (needed by kiln_torch)
 except ImportError as e:
-    print("SKIP: /usr/bin/python3 lacks a module: %s" % e)
+    print("SKIP: %s lacks a module: %s" % (sys.executable, e))
     sys.exit(SKIP)
 
 if len(sys.argv) != 4:

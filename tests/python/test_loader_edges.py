@@ -40,7 +40,7 @@ try:
     import torch
     from torchvision.transforms import CenterCrop
 except ImportError as e:
-    print("SKIP: /usr/bin/python3 lacks a module: %s" % e)
+    print("SKIP: %s lacks a module: %s" % (sys.executable, e))
     sys.exit(SKIP)
 
 import kiln  # noqa: E402  (PYTHONPATH: build/python)

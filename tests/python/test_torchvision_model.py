@@ -45,7 +45,7 @@ try:
     import torch
     import torchvision
 except ImportError as e:
-    print("SKIP: /usr/bin/python3 lacks a module: %s" % e)
+    print("SKIP: %s lacks a module: %s" % (sys.executable, e))
     sys.exit(SKIP)
 
 KILN, SRC_DIR = sys.argv[1:3]

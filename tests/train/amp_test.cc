@@ -135,7 +135,7 @@ TEST_CASE("precision auto on a GPU: bf16 from compute capability 8.0, fp16 with 
 // The scaler's sequence of the CPU test above, on a GPU with the fused ops.
 TEST_CASE("the loss scaler on a GPU uses LibTorch's fused unscale and update",
           "[train][amp][cuda]") {
-  REQUIRE(torch::cuda::is_available());
+  if (!CudaDeviceOrSkip()) return;
   const torch::Device gpu(torch::kCUDA, 0);
   LossScalerOptions so;
   so.growth_interval = 2;

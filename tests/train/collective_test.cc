@@ -16,6 +16,7 @@
 #include "grad_reducer.h"
 #include "test_skip.h"
 #include "test_util.h"
+#include "train_test_util.h"
 
 using namespace kiln;
 using namespace kiln::testing;
@@ -197,7 +198,7 @@ std::optional<std::vector<Outcome>> OnTwoRanks(
     });
   for (auto& t : threads) t.join();
   if (no_gloo) {
-    Skip(SkipWhy::kNotBuilt, "kiln was built without Gloo: " + out[0].error);
+    SkipWithoutGloo(out[0].error);
     return std::nullopt;
   }
   return out;
@@ -283,7 +284,7 @@ TEST_CASE("bucketed gradient all-reduce: the average over ranks, buckets or not,
 
 TEST_CASE("one rank over NCCL reduces gradient buckets on the GPU, from the hooks",
           "[train][dist][cuda]") {
-  REQUIRE(torch::cuda::is_available());
+  if (!CudaDeviceOrSkip()) return;
   const torch::Device gpu(torch::kCUDA, 0);
   Launch alone;  // a group of one: NCCL's path without a second GPU
   std::unique_ptr<Collective> c;

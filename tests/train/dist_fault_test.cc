@@ -14,6 +14,7 @@
 
 #include "kiln/train/trainer.h"
 #include "test_util.h"
+#include "train_test_util.h"
 
 using namespace kiln;
 using namespace kiln::testing;
@@ -33,7 +34,7 @@ int StartRank(int rank, int world, const std::string& port, const std::string& a
 
 bool WithoutGloo(const std::string& log) {
   if (log.find("without c10d") == std::string::npos) return false;
-  Skip(SkipWhy::kNotBuilt, "kiln was built without Gloo: " + log);
+  SkipWithoutGloo(log);
   return true;
 }
 

@@ -1,5 +1,6 @@
 #include "kiln/train/tensor_loader.h"
 
+#include <dlfcn.h>
 #include <torch/cuda.h>
 
 #include <atomic>
@@ -11,6 +12,7 @@
 
 #include "device_copy.h"
 #include "kiln/cache_writer.h"
+#include "train_test_util.h"
 // LibTorch brings glog, whose CHECK would replace Catch's.
 #undef CHECK
 #include <catch2/catch.hpp>
@@ -450,8 +452,47 @@ TEST_CASE("a failed batch leaves no slot held, and memory exhaustion is thrown, 
   }
 }
 
+namespace {
+
+// The CUDA devices the driver itself reports (dlopen("libcuda.so.1"), as kiln
+// doctor does): 0 without a driver. Independent of LibTorch.
+int DriverDeviceCount() {
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) return 0;
+  using Init = int (*)(unsigned);
+  using Count = int (*)(int*);
+  auto init = reinterpret_cast<Init>(dlsym(lib, "cuInit"));
+  auto count = reinterpret_cast<Count>(dlsym(lib, "cuDeviceGetCount"));
+  int n = 0;
+  if (init == nullptr || count == nullptr || init(0) != 0 || count(&n) != 0) n = 0;
+  dlclose(lib);
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("the build is what CMake chose, and its CUDA answer is the driver's", "[train]") {
+  // CMake's KILN_TORCH_CUDA: a CUDA LibTorch gives the side-stream copier and NCCL.
+  CHECK(train::BuiltWithCuda() == static_cast<bool>(KILN_EXPECT_TORCH_CUDA));
+  // Without a GPU (CI, development machines), the CUDA build says so and the
+  // CPU-only one always does; on a GPU machine both answers are yes.
+  const int driver = train::BuiltWithCuda() ? DriverDeviceCount() : 0;
+  CHECK(torch::cuda::is_available() == (driver > 0));
+  CHECK(static_cast<int>(torch::cuda::device_count()) == driver);
+  const Status refused = train::CheckCudaDevice(torch::Device(torch::kCUDA, 0), "--device cuda");
+  if (driver == 0) {
+    CHECK(refused.IsNotSupported());
+    CHECK_THAT(refused.message(), Catch::StartsWith("no CUDA device: --device cuda: "));
+    CHECK_THAT(refused.message(), Catch::Contains(train::BuiltWithCuda() ? "finds no GPU"
+                                                                         : "LibTorch without CUDA"));
+  } else {
+    CHECK(refused.ok());
+  }
+  CHECK(train::CheckCudaDevice(torch::Device(torch::kCPU), "--device cpu").ok());
+}
+
 TEST_CASE("batches land on the GPU through side-stream copies, equal to the records", "[train][cuda]") {
-  REQUIRE(torch::cuda::is_available());
+  if (!CudaDeviceOrSkip()) return;
   CheckBatchesOn(torch::Device(torch::kCUDA, 0), true);
   // A uint8 cache is normalized on the GPU as on the CPU.
   TempDir dir;

@@ -6,10 +6,26 @@
 #include <filesystem>
 
 #include "kiln/train/model.h"
+#include "kiln/train/tensor_loader.h"
+#include "test_skip.h"
 
 namespace kiln::testing {
 
 using namespace kiln::train;
+
+bool CudaDeviceOrSkip() {
+  if (torch::cuda::is_available()) return true;
+  Skip(SkipWhy::kNoDevice, train::NoCudaDevice("a [cuda] test").message());
+  return false;
+}
+
+void SkipWithoutGloo(const std::string& log) {
+#if KILN_NO_GLOO_BY_DESIGN
+  Skip(SkipWhy::kHostCannot, "this LibTorch ships no Gloo headers, so kiln has no Gloo backend: " + log);
+#else
+  Skip(SkipWhy::kNotBuilt, "kiln was built without Gloo: " + log);
+#endif
+}
 
 bool BuildSampleCaches(const TempDir& dir, const std::string& val_mean) {
   std::string out;

@@ -22,6 +22,16 @@ namespace kiln::testing {
 // Skip(kNotBuilt): the caller returns.
 bool BuildSampleCaches(const TempDir& dir, const std::string& val_mean = "0.2860");
 
+// For a [cuda] test case: true when CUDA has a device; otherwise false after
+// Skip(kNoDevice, "no CUDA device: ..."), and the caller returns.
+bool CudaDeviceOrSkip();
+
+// For a test of several ranks over Gloo when kiln has no Gloo backend:
+// Skip(kNotBuilt) - a failure in CI - unless this build lacks Gloo by design
+// (a PyPI wheel's LibTorch ships no Gloo headers: KILN_NO_GLOO_BY_DESIGN),
+// when the skip is visible but not a failure. `log` says what happened.
+void SkipWithoutGloo(const std::string& log);
+
 // Options for a short, silent run on the CPU in fp32: batch 32, one epoch,
 // no log lines, the log to *log.
 train::TrainOptions Quiet(const std::string& data, std::ostringstream* log);

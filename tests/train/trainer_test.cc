@@ -356,7 +356,7 @@ TEST_CASE("the mlp memorizes a synthetic cache on the CPU", "[train]") {
 
 TEST_CASE("kiln train on the GPU: model and batches on cuda, mixed precision, the loss falls",
           "[train][cuda]") {
-  REQUIRE(torch::cuda::is_available());
+  if (!CudaDeviceOrSkip()) return;
   TrainSynthetic("cuda:0", "auto");
   Precision p;
   REQUIRE(ResolvePrecision(PrecisionChoice::kAuto, torch::Device(torch::kCUDA, 0), &p).ok());
@@ -383,7 +383,7 @@ bool TrainTwoRanks(const TempDir& dir, const std::string& args) {
   int status[2];
   for (int r = 0; r < 2; ++r) status[r] = WaitExit(pids[r]);
   if (ReadFile(dir / "rank0.log").find("without c10d") != std::string::npos) {
-    Skip(SkipWhy::kNotBuilt, "kiln was built without Gloo: " + ReadFile(dir / "rank0.log"));
+    SkipWithoutGloo(ReadFile(dir / "rank0.log"));
     return false;
   }
   for (int r = 0; r < 2; ++r) {

@@ -135,6 +135,20 @@ bool IsOutOfMemory(const c10::Error& e);
 // CUDA. Throws c10::Error when the CUDA runtime fails.
 double PinnedHostToDeviceBandwidth(torch::Device device, int64_t bytes, int reps);
 
+// OK when `device` is not CUDA or a CUDA device is there to use; otherwise
+// NotSupported("no CUDA device: OPTION: why"), why saying whether this kiln
+// was built against a LibTorch without CUDA (Debian's) or the CUDA LibTorch
+// finds no GPU. The one refusal of kiln train, kiln bench --device and the
+// trainer's device choice; `option` is what the user asked for
+// ("--device cuda").
+Status CheckCudaDevice(torch::Device device, const std::string& option);
+// That refusal itself, for a caller that knows there is no device.
+Status NoCudaDevice(const std::string& option);
+
+// True when this kiln was built against a LibTorch with CUDA (device copies
+// on a side stream, NCCL where found); false for Debian's CPU-only one.
+bool BuiltWithCuda();
+
 }  // namespace kiln::train
 
 #endif  // KILN_TRAIN_TENSOR_LOADER_H_
