@@ -1,11 +1,11 @@
 #!/bin/bash
 # Cache-build throughput of kiln against its peer and the decode floor, in one run.
 # usage: bench/build_bench.sh [N=4000] [--big]
-#   N      corpus size (made once with ../shared/bench/make_dev_corpus.sh, reused)
+#   N      corpus size (made once with bench/make_corpus.sh, reused)
 #   --big  also measure peak RssAnon of a kiln build over a 10x corpus (slow)
 #   KILN_BENCH_REPS  runs of kiln and of the peer, interleaved, best kept (default 2)
-# env: KILN_SHARED_BENCH (default <repo>/../shared/bench), KILN_BENCH_TMP (default /tmp/kiln-bench),
-#      KILN (default <repo>/build/kiln)
+# env: KILN_BENCH_TMP (default /tmp/kiln-bench), KILN (default <repo>/build/kiln)
+# Installs the Debian packages the peer and the floor probe need if missing (apt-get).
 # A benchmark, not a test: exits 0 whatever the figures, prints PASS/MISS per goal.
 set -euo pipefail
 source "$(cd "$(dirname "$0")" && pwd)/common.sh"
@@ -23,13 +23,9 @@ mkdir -p "$tmp"
 corpus "$tmp/corpus-$n" "$n"
 src=$tmp/corpus-$n
 
-# decode floor probe, compiled once
-probe=$tmp/decode_limit
-if [ ! -x "$probe" ] || [ "$shared/limits/decode_limit.cpp" -nt "$probe" ]; then
-  echo "# compiling $probe ..." >&2
-  g++ -O2 -std=c++17 "$shared/limits/decode_limit.cpp" -o "$probe" \
-      $(pkg-config --cflags --libs libturbojpeg opencv4)
-fi
+need_peers
+# decode floor probe (bench/limits/decode_floor.cc), compiled once into $tmp/decode_floor
+floor_probe
 
 field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" | head -1; }
 
@@ -64,7 +60,7 @@ for r in $(seq "$reps"); do
 
   echo "# peer pylmdb_cache.py build, run $r of $reps ..." >&2
   rm -rf "$tmp/out-peer-$n"
-  p_line=$("$py" "$shared/peers/pylmdb_cache.py" build "$src" "$tmp/out-peer-$n" 2 2>"$tmp/peer-build-$n.log" | grep pylmdb_build || true)
+  p_line=$("$py" "$bench/peers/pylmdb_cache.py" build "$src" "$tmp/out-peer-$n" 2 2>"$tmp/peer-build-$n.log" | grep pylmdb_build || true)
   rm -rf "$tmp/out-peer-$n"
   ips=$(echo "$p_line" | field images_per_s)
   if [ -n "$ips" ] && awk "BEGIN{exit !($ips > $p_ips)}"; then

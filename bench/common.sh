@@ -1,22 +1,57 @@
-# Shared set-up of the bench scripts (sourced): paths, overridable by env.
-#   KILN_SHARED_BENCH  default <repo>/../shared/bench
+# Common set-up of the bench scripts (sourced): paths, overridable by env.
 #   KILN_BENCH_TMP     default /tmp/kiln-bench
 #   KILN               default <repo>/build/kiln
+# Everything the scripts run lives in bench/: the corpus generator (make_corpus.sh,
+# make_corpus.py), the Python peers (peers/) and the decode floor probe (limits/).
 here=$(cd "$(dirname "${BASH_SOURCE[1]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
-shared=${KILN_SHARED_BENCH:-$(cd "$here/../../shared/bench" && pwd)}
+bench=$repo/bench
 tmp=${KILN_BENCH_TMP:-/tmp/kiln-bench}
 kiln=${KILN:-$repo/build/kiln}
 py=/usr/bin/python3
 
-# corpus DIR N: the benchmark corpus of N images in DIR, made once and reused.
+# need_debs PKG...: apt-get install the Debian packages of the list that are not
+# installed (none: does nothing), with sudo unless root, as tools/setup.sh does.
+need_debs() {
+  local p missing=() sudo=""
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -gt 0 ] || return 0
+  command -v apt-get >/dev/null || { echo "missing packages (no apt-get here): ${missing[*]}" >&2; return 1; }
+  [ "$(id -u)" -eq 0 ] || sudo=sudo
+  echo "# installing: ${missing[*]}" >&2
+  # the package lists may be stale or absent: update and retry once
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}" >&2 \
+    || { $sudo apt-get update -q >&2 \
+         && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}" >&2; }
+}
+
+# need_peers: what bench/peers/*.py import (Debian's torch, torchvision, lmdb, PIL).
+need_peers() { need_debs python3-numpy python3-pil python3-lmdb python3-torch python3-torchvision; }
+
+# corpus DIR N: the benchmark corpus of N images in DIR (bench/make_corpus.sh), made once and reused.
 corpus() {
   local d=$1 m=$2
   if [ ! -d "$d" ]; then
     echo "# making corpus of $m images in $d ..." >&2
     rm -rf "$d.tmp"
-    "$shared/make_dev_corpus.sh" "$d.tmp" "$m" >&2
+    "$bench/make_corpus.sh" "$d.tmp" "$m" >&2
     mv "$d.tmp" "$d"
+  fi
+}
+
+# floor_probe: sets probe to bench/limits/decode_floor.cc compiled into $tmp (recompiled
+# when the source is newer), installing the compiler and headers if missing.
+floor_probe() {
+  local cc=$bench/limits/decode_floor.cc
+  probe=$tmp/decode_floor
+  if [ ! -x "$probe" ] || [ "$cc" -nt "$probe" ]; then
+    need_debs g++ pkg-config libturbojpeg0-dev libopencv-dev
+    echo "# compiling $probe ..." >&2
+    mkdir -p "$tmp"
+    g++ -O2 -std=c++17 "$cc" -o "$probe.tmp" $(pkg-config --cflags --libs libturbojpeg opencv4)
+    mv "$probe.tmp" "$probe"
   fi
 }
 

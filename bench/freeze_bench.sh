@@ -1,8 +1,7 @@
 #!/bin/bash
 # Step time of resnet18 with everything trained against only the head trained (--freeze-until fc).
 # usage: bench/freeze_bench.sh [N=4000]
-# env: KILN_SHARED_BENCH (default <repo>/../shared/bench), KILN_BENCH_TMP (default /tmp/kiln-bench),
-#      KILN (default <repo>/build/kiln)
+# env: KILN_BENCH_TMP (default /tmp/kiln-bench), KILN (default <repo>/build/kiln)
 # Makes (or reuses) the corpus as the other scripts do, builds (or reuses: kiln reports "up to
 # date") a 3x64x64 float16 cache of it in $KILN_BENCH_TMP/cache64-N, then, one after the other,
 #   (a) kiln train --data CACHE --model resnet18 --epochs 1 --max-steps 30 --batch-size 64

@@ -1,8 +1,8 @@
 #!/bin/bash
 # Loader throughput of kiln (`kiln bench`) against the memcpy floor and the two Python peers, in one run.
 # usage: bench/loader_bench.sh [N=4000]
-# env: KILN_SHARED_BENCH (default <repo>/../shared/bench), KILN_BENCH_TMP (default /tmp/kiln-bench),
-#      KILN (default <repo>/build/kiln)
+# env: KILN_BENCH_TMP (default /tmp/kiln-bench), KILN (default <repo>/build/kiln)
+# Installs the Debian packages the peers need if missing (apt-get).
 # Builds (or reuses) the corpus and the 3x224x224 float16 cache as verify_bench.sh does, and the
 # peer's own LMDB ($KILN_BENCH_TMP/peer-lmdb-N, pylmdb_cache.py build, 2 processes); warms the page
 # cache (cache shards, corpus files, peer LMDB); then one run each of
@@ -18,6 +18,7 @@ case $n in ''|*[!0-9]*) echo "usage: $0 [N=4000]" >&2; exit 2 ;; esac
 [ $# -le 1 ] || { echo "usage: $0 [N=4000]" >&2; exit 2; }
 mkdir -p "$tmp"
 [ -x "$kiln" ] || { echo "no kiln binary at $kiln (cmake --build build)" >&2; exit 2; }
+need_peers
 
 # --- corpus and kiln cache, exactly as verify_bench.sh ---
 src=$tmp/corpus-$n
@@ -35,7 +36,7 @@ entries() { "$py" -c "import lmdb, sys; print(lmdb.open(sys.argv[1], readonly=Tr
 if [ "$(entries "$peerdb")" != "$files" ]; then   # reuse only a complete one
   echo "# building peer LMDB $peerdb (pylmdb_cache.py build, 2 processes) ..." >&2
   rm -rf "$peerdb" "$peerdb.tmp"
-  "$py" "$shared/peers/pylmdb_cache.py" build "$src" "$peerdb.tmp" 2 >"$tmp/loader-peer-build-$n.log" 2>&1 \
+  "$py" "$bench/peers/pylmdb_cache.py" build "$src" "$peerdb.tmp" 2 >"$tmp/loader-peer-build-$n.log" 2>&1 \
     || { echo "peer build failed, log: $tmp/loader-peer-build-$n.log" >&2; tail -5 "$tmp/loader-peer-build-$n.log" >&2; exit 2; }
   mv "$peerdb.tmp" "$peerdb"
 fi
@@ -75,12 +76,12 @@ k_rss=$(sed -n 's/^  RssAnon \([0-9.]*\) MB .*/\1/p' "$klog"); need "kiln RssAno
 
 # --- the peers, 2 workers each (both use DataLoader batch 64, which they do not let us change) ---
 echo "# peer pylmdb_cache.py read ..." >&2
-p_line=$("$py" "$shared/peers/pylmdb_cache.py" read "$peerdb" 2 2>"$tmp/loader-peer-read-$n.log" | grep pylmdb_read || true)
+p_line=$("$py" "$bench/peers/pylmdb_cache.py" read "$peerdb" 2 2>"$tmp/loader-peer-read-$n.log" | grep pylmdb_read || true)
 p_ips=$(echo "$p_line" | field images_per_s); p_n=$(echo "$p_line" | field images)
 need "pylmdb_cache.py read images_per_s (log $tmp/loader-peer-read-$n.log)" "$p_ips"; need "pylmdb_cache.py read images" "$p_n"
 
 echo "# peer torchvision_epoch.py ..." >&2
-t_line=$("$py" "$shared/peers/torchvision_epoch.py" "$src" 2 2>"$tmp/loader-torchvision-$n.log" | grep torchvision_epoch || true)
+t_line=$("$py" "$bench/peers/torchvision_epoch.py" "$src" 2 2>"$tmp/loader-torchvision-$n.log" | grep torchvision_epoch || true)
 t_ips=$(echo "$t_line" | field images_per_s); t_n=$(echo "$t_line" | field images)
 need "torchvision_epoch.py images_per_s (log $tmp/loader-torchvision-$n.log)" "$t_ips"; need "torchvision_epoch.py images" "$t_n"
 load1=$(cut -d' ' -f1 /proc/loadavg)

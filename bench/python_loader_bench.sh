@@ -2,7 +2,7 @@
 # The Python module kiln against `kiln bench` (the C++ loader alone) and against tools/kiln_torch.py
 # through a DataLoader with 2 workers, on the same cache, in one run.
 # usage: bench/python_loader_bench.sh [N=4000] [ROUNDS=2]
-# env: KILN_SHARED_BENCH, KILN_BENCH_TMP, KILN (as bench/common.sh), KILN_PYTHONPATH (default
+# env: KILN_BENCH_TMP, KILN (as bench/common.sh), KILN_PYTHONPATH (default
 #      <repo>/build/python: where the built module is)
 # Builds (or reuses) the corpus and the 3x224x224 float16 cache exactly as loader_bench.sh does,
 # warms the page cache, then ROUNDS interleaved rounds (A B C A B C) of

@@ -1,8 +1,7 @@
 #!/bin/bash
 # `kiln verify --level full` against the cost of reading the shards (cat), page cache warm.
 # usage: bench/verify_bench.sh [N=4000]
-# env: KILN_SHARED_BENCH (default <repo>/../shared/bench), KILN_BENCH_TMP (default /tmp/kiln-bench),
-#      KILN (default <repo>/build/kiln)
+# env: KILN_BENCH_TMP (default /tmp/kiln-bench), KILN (default <repo>/build/kiln)
 # Builds (or reuses) the 3x224x224 float16 cache of the corpus in $KILN_BENCH_TMP/cache-N,
 # warms the page cache (cat shards twice), then best of 3 for each of cat and verify.
 # A benchmark, not a test: exits 0 whatever the figures, prints PASS/MISS for the goal.

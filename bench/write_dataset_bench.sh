@@ -1,9 +1,10 @@
 #!/bin/bash
-# kiln.write_dataset against the Python PIL + lmdb peer (../shared/bench/peers/pylmdb_cache.py
+# kiln.write_dataset against the Python PIL + lmdb peer (bench/peers/pylmdb_cache.py
 # build), interleaved in one run (issue 23).
 # usage: bench/write_dataset_bench.sh [N=4000] [ROUNDS=2]
 # env: KILN_BENCH_TMP (default /tmp/kiln-bench), PYTHONPATH must reach the kiln module
 #      (default <repo>/build/python)
+# Installs the Debian packages the peer and torchvision need if missing (apt-get).
 # Each round runs, on the bench corpus of N JPEGs (warm in the page cache), 2 processes each:
 #   peer         pylmdb_cache.py build: PIL resize 256 + crop 224 + float16 normalize, pickled
 #                into one LMDB (no fsync)
@@ -17,6 +18,7 @@ set -euo pipefail
 source "$(cd "$(dirname "$0")" && pwd)/common.sh"
 n=${1:-4000}; rounds=${2:-2}
 export PYTHONPATH=${PYTHONPATH:-$repo/build/python}
+need_peers
 "$py" -c "import kiln" || { echo "no kiln module on PYTHONPATH (cmake --build build)" >&2; exit 2; }
 src=$tmp/corpus-$n
 corpus "$src" "$n"
@@ -30,9 +32,9 @@ for r in $(seq 1 "$rounds"); do
   for side in peer imagefolder peer-prep; do
     rm -rf "$out"
     if [ "$side" = peer ]; then
-      v=$("$py" "$shared/peers/pylmdb_cache.py" build "$src" "$out" 2 | rate)
+      v=$("$py" "$bench/peers/pylmdb_cache.py" build "$src" "$out" 2 | rate)
     else
-      v=$("$py" "$here/write_dataset_bench.py" "$side" "$src" "$out" "$shared/peers/pylmdb_cache.py" 2 | rate)
+      v=$("$py" "$here/write_dataset_bench.py" "$side" "$src" "$out" "$bench/peers/pylmdb_cache.py" 2 | rate)
     fi
     [ -n "$v" ] || { echo "side $side printed no rate" >&2; exit 2; }
     all[$side]="${all[$side]:-} $v"
