@@ -16,7 +16,10 @@ include(CMakePackageConfigHelpers)
 set(KILN_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/kiln)
 
 set_target_properties(kiln_core PROPERTIES EXPORT_NAME core)
-install(TARGETS kiln_core EXPORT kilnCoreTargets
+# kiln::pixels (the resampler) is linked into core and image: a static
+# library's PRIVATE dependency, so it travels in core's export set.
+set_target_properties(kiln_pixels PROPERTIES EXPORT_NAME pixels)
+install(TARGETS kiln_core kiln_pixels EXPORT kilnCoreTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/kiln DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
@@ -36,6 +39,8 @@ if(KILN_WITH_IMAGE)
   install(TARGETS kiln_image kiln_ingest EXPORT kilnIngestTargets
           ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
           INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+  # kiln::image opens it on first use (src/image/opencv_codecs.h).
+  install(TARGETS kiln_opencv_codecs LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}/kiln)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/kiln/image ${PROJECT_SOURCE_DIR}/include/kiln/ingest
           DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kiln)
   install(EXPORT kilnIngestTargets NAMESPACE kiln:: FILE kilnIngestTargets.cmake

@@ -19,7 +19,7 @@ namespace {
 struct BuildArgs {
   ingest::BuildOptions o;
   int num_parts = 0, part = -1;  // 0 / -1: not given
-  std::string size, dtype = "float16", norm, mean, std, shard_size = "4G", progress = "auto";
+  std::string size, dtype, norm, mean, std, shard_size = "4G", progress = "auto";
 };
 
 Status ParseList(const std::string& text, std::vector<double>* out) {
@@ -85,7 +85,12 @@ void KeepFreedMemoryForReuse() {
 int RunBuild(BuildArgs& a) {
   KeepFreedMemoryForReuse();
   ingest::BuildOptions& o = a.o;
-  Status s = ParseDType(a.dtype, &o.dtype);
+  Status s;
+  if (!a.dtype.empty()) {
+    DType d = DType::kFloat16;
+    s = ParseDType(a.dtype, &d);
+    o.dtype = d;
+  }
   if (s.ok()) s = ResolveParts(a, &o);
   if (s.ok() && !a.size.empty() &&
       std::sscanf(a.size.c_str(), "%dx%d", &o.size_w, &o.size_h) != 2)
@@ -176,7 +181,7 @@ KILN_COMMAND(Command{
                       "image's relative path, extension .png; resized with nearest neighbour on "
                       "the image's geometry into a 'mask' field (a format 2 cache)");
       sub->add_option("--channels", o.channels, "1 or 3 (default 3)");
-      sub->add_option("--dtype", a->dtype, "float16 (default), float32 or uint8");
+      sub->add_option("--dtype", a->dtype, "float16, float32 or uint8 (default: uint8 with --max-side or --shorter-side, float16 otherwise)");
       sub->add_option("--norm", a->norm, "none (default: x/255), imagenet, or auto (dataset statistics)");
       sub->add_option("--mean", a->mean, "explicit per-channel means, e.g. 0.5,0.5,0.5");
       sub->add_option("--std", a->std, "explicit per-channel stds");

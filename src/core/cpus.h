@@ -1,5 +1,6 @@
 // The CPUs this process may run on, for the libraries' thread counts and
-// kiln doctor, and the SIMD extensions kiln's kernels choose among.
+// kiln doctor (the SIMD extensions kiln's kernels choose among are
+// pixels/simd.h's).
 #ifndef KILN_CORE_CPUS_H_
 #define KILN_CORE_CPUS_H_
 
@@ -22,24 +23,6 @@ int UsableCpus();
 bool CpuHasNativeBf16();
 // The rule of CpuHasNativeBf16 applied to the text of a /proc/cpuinfo.
 bool CpuinfoHasNativeBf16(const std::string& cpuinfo);
-
-// Defined where kiln compiles its x86-64 SIMD kernels (GCC or Clang target
-// attributes); which of them run is CpuSimd's to say.
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define KILN_X86_SIMD 1
-#endif
-
-// The x86-64 SIMD extensions kiln's image kernels use (resampling, the
-// loader's normalization), as the CPU and the OS support them
-// (__builtin_cpu_supports, which checks the OS saves the AVX/AVX-512
-// state); all false on other architectures and compilers.
-struct SimdFeatures {
-  bool sse41 = false;
-  bool avx2 = false, f16c = false, fma = false;
-  bool avx512bw_vbmi = false;  // AVX-512 F, BW and VBMI together
-};
-// Detected once, on first use.
-const SimdFeatures& CpuSimd();
 
 }  // namespace kiln
 

@@ -72,12 +72,18 @@ Status OutputShapeFor(const Manifest& m, const LoaderOptions& o, uint32_t crop, 
   }
   const char* what =
       o.crop_kind == CropKind::kRandomResized ? "RandomResizedCrop" : "Resize + CenterCrop";
+  // The one flag to change: a whole-image cache was built with a float
+  // --dtype (kiln build stores whole images as uint8 unless told otherwise);
+  // a fixed-size one needs whole images as well.
   if (image.dtype != DType::kUint8)
     return Status::InvalidArgument(
         std::string("loader: ") + what + " resamples uint8 images, and this cache holds " +
-        DTypeName(image.dtype) +
-        " ones: rebuild it with --dtype uint8 (with --max-side or --shorter-side to store each "
-        "image whole), or use a plain crop");
+        DTypeName(image.dtype) + " ones: " +
+        (image.fixed() ? "rebuild it with --max-side N (or --shorter-side N) in place of "
+                         "--resize/--crop/--size: whole images, stored as uint8; or use a "
+                         "plain crop"
+                       : "rebuild it without --dtype " + std::string(DTypeName(image.dtype)) +
+                             " (kiln build stores whole images as uint8 by default)"));
   if (image.ndim != 3 || image.dims[0] < 1 || image.dims[0] > 4)
     return Status::InvalidArgument(std::string("loader: ") + what +
                                    " needs CHW images of 1 to 4 channels, the cache's '" +

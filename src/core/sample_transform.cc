@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "core/cpus.h"
+#include "pixels/simd.h"
 
 #ifdef KILN_X86_SIMD
 #include <immintrin.h>
@@ -160,7 +160,7 @@ void SampleWriter::Reserve(int max_h, int max_w, int max_out) {
   // out) + 1 taps each (outputs are at least 1 pixel); the horizontal pass
   // covers at most every input row.
   const size_t in = std::max(h, w), k = 2 * in + 3;
-  for (image::internal::AxisTaps* t : {&scratch_.horizontal, &scratch_.vertical}) {
+  for (pixels::AxisTaps* t : {&scratch_.horizontal, &scratch_.vertical}) {
     t->first.reserve(out);
     t->count.reserve(out);
     t->weights.reserve(out * k);
@@ -197,7 +197,7 @@ void SampleWriter::Write(const uint8_t* src, int h, int w, const SamplePlan& pla
     uint8_t* at =
         planes + static_cast<size_t>(vy0 - plan.y0) * ow + (plan.flip ? ow - col - width : col);
     const size_t w_bytes = static_cast<size_t>(w);
-    image::internal::ResamplePlanes(src + static_cast<size_t>(b.top) * w_bytes + b.left, w_bytes,
+    pixels::ResamplePlanes(src + static_cast<size_t>(b.top) * w_bytes + b.left, w_bytes,
                                     w_bytes * h, channels, b.width, b.height, b.width, b.height,
                                     plan.resized_w, plan.resized_h, vx0, vy0, width, vy1 - vy0,
                                     plan.flip, at, ow, plane, &scratch_);

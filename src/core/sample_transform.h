@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "image/resample.h"
+#include "pixels/resample.h"
 #include "kiln/cache_reader.h"
 #include "kiln/geometry.h"
 #include "kiln/loader.h"
@@ -73,7 +73,7 @@ class SampleWriter {
   float scale_[4], shift_[4];
   bool fma_half_[4] = {false, false, false, false};
   std::vector<uint8_t> resized_;  // the output window, CHW (float output)
-  image::internal::ResampleScratch scratch_;
+  pixels::ResampleScratch scratch_;
 };
 
 // Writes a record's other fields (kiln::LoaderField) into a batch, the

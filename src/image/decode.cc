@@ -6,9 +6,10 @@
 #include <algorithm>
 #include <cstring>
 #include <opencv2/core.hpp>
-#include <opencv2/imgcodecs.hpp>
+#include <opencv2/imgcodecs.hpp>  // the IMREAD_ flags only: the codecs load on first use
 
 #include "image_header.h"
+#include "opencv_codecs.h"
 #include "turbojpeg_decoder.h"
 
 namespace kiln::image {
@@ -145,13 +146,12 @@ Status DecodeJpegImage(const uint8_t* data, size_t size, const std::string& name
 // OpenCV path: PNG, BMP, WebP, TIFF (and whatever else imdecode knows).
 Status DecodeWithOpenCv(const uint8_t* data, size_t size, const std::string& name,
                         const DecodeOptions& options, ImageU8* out) {
-  cv::Mat decoded;
-  try {
-    const cv::Mat buffer(1, static_cast<int>(size), CV_8UC1, const_cast<uint8_t*>(data));
-    decoded = cv::imdecode(buffer, cv::IMREAD_UNCHANGED);
-  } catch (const cv::Exception& e) {
-    return Status::Corruption(name + ": cannot decode image: " + e.what());
-  }
+  const internal::OpenCvCodecs* codecs = nullptr;
+  KILN_RETURN_IF_ERROR(internal::LoadOpenCvCodecs("to decode " + name, &codecs));
+  std::string error;
+  const cv::Mat buffer(1, static_cast<int>(size), CV_8UC1, const_cast<uint8_t*>(data));
+  const cv::Mat decoded = codecs->imdecode(buffer, cv::IMREAD_UNCHANGED, &error);
+  if (!error.empty()) return Status::Corruption(name + ": cannot decode image: " + error);
   if (decoded.empty()) {
     return Status::Corruption(name + ": cannot decode image (damaged, truncated or not an image)");
   }
@@ -256,15 +256,19 @@ Status Decode(const uint8_t* data, size_t size, const std::string& name,
   return status;
 }
 
+Status CheckDecoders() {
+  const internal::OpenCvCodecs* codecs = nullptr;
+  return internal::LoadOpenCvCodecs("to decode images other than JPEG", &codecs);
+}
+
 Status DecodeMask(const uint8_t* data, size_t size, const std::string& name, int64_t max_pixels,
                   ImageU8* out) {
-  cv::Mat decoded;
-  try {
-    const cv::Mat buffer(1, static_cast<int>(size), CV_8UC1, const_cast<uint8_t*>(data));
-    decoded = cv::imdecode(buffer, cv::IMREAD_UNCHANGED);
-  } catch (const cv::Exception& e) {
-    return Status::Corruption(name + ": cannot decode mask: " + e.what());
-  }
+  const internal::OpenCvCodecs* codecs = nullptr;
+  KILN_RETURN_IF_ERROR(internal::LoadOpenCvCodecs("to decode " + name, &codecs));
+  std::string error;
+  const cv::Mat buffer(1, static_cast<int>(size), CV_8UC1, const_cast<uint8_t*>(data));
+  const cv::Mat decoded = codecs->imdecode(buffer, cv::IMREAD_UNCHANGED, &error);
+  if (!error.empty()) return Status::Corruption(name + ": cannot decode mask: " + error);
   if (decoded.empty())
     return Status::Corruption(name + ": cannot decode mask (damaged, truncated or not an image)");
   if (decoded.channels() != 1 || decoded.depth() != CV_8U)

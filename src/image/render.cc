@@ -9,10 +9,10 @@
 #include <cstring>
 #include <filesystem>
 #include <opencv2/core.hpp>
-#include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 
 #include "kiln/shuffle.h"
+#include "opencv_codecs.h"
 
 namespace kiln::image {
 namespace {
@@ -218,17 +218,14 @@ Status WriteImage(const ImageU8& img, const std::string& path) {
                      const_cast<uint8_t*>(img.pixels.data()));
   cv::Mat bgr;
   if (img.channels == 3) cv::cvtColor(view, bgr, cv::COLOR_RGB2BGR);
+  const internal::OpenCvCodecs* codecs = nullptr;
+  KILN_RETURN_IF_ERROR(internal::LoadOpenCvCodecs("to write " + path, &codecs));
   const std::string ext = std::filesystem::path(path).extension().string();
-  if (ext.empty() || !cv::haveImageWriter(path))
+  if (ext.empty() || !codecs->have_image_writer(path))
     return Status::InvalidArgument("cannot write " + path + ": give a file name ending in " +
                                    ".png, .jpg, .bmp, .tiff or .webp");
-  bool written = false;
   std::string why;
-  try {
-    written = cv::imwrite(path, img.channels == 3 ? bgr : view);
-  } catch (const cv::Exception& e) {
-    why = e.what();
-  }
+  const bool written = codecs->imwrite(path, img.channels == 3 ? bgr : view, &why);
   if (written) return Status::OK();
   if (why.empty()) {
     // OpenCV does not say why; the usual reasons are the directory's.

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <vector>
 
-#include "resample.h"
+#include "pixels/resample.h"
 
 namespace kiln::image {
 namespace {
@@ -73,7 +73,7 @@ Status ResizeAndCrop(const ImageU8& in, const ResizeSpec& spec, ImageU8* out) {
   }
   uint8_t* dst = out->pixels.data() + static_cast<size_t>(y_begin - oy) * stride +
                  static_cast<size_t>(x_begin - ox) * in.channels;
-  internal::ResampleRegion(in.pixels.data(), in.width, in.height, in.channels, box_w, box_h, rw, rh,
+  pixels::ResampleRegion(in.pixels.data(), in.width, in.height, in.channels, box_w, box_h, rw, rh,
                            x_begin, y_begin, x_end - x_begin, y_end - y_begin, dst, stride);
   return Status::OK();
 }

@@ -80,6 +80,15 @@ Status CheckOptions(const BuildOptions& o) {
   return Status::OK();
 }
 
+}  // namespace
+
+DType RecordDType(const BuildOptions& o) {
+  if (o.dtype) return *o.dtype;
+  return o.max_side > 0 || o.shorter_side > 0 ? DType::kUint8 : DType::kFloat16;
+}
+
+namespace {
+
 Rebuild RebuildOf(const BuildOptions& o) {
   if (o.force) return Rebuild::kAlways;
   return o.rebuild_if_changed ? Rebuild::kIfChanged : Rebuild::kNo;
@@ -93,6 +102,7 @@ class Builder {
   Status Run() {
     KILN_RETURN_IF_ERROR(CheckOptions(opt_));
     KILN_RETURN_IF_ERROR(CheckOutsideSources());
+    KILN_RETURN_IF_ERROR(image::CheckDecoders());
     // OUT may lie inside SRC: its folder is not listed, so that a second
     // build does not take the first one's cache for a class.
     KILN_RETURN_IF_ERROR(ListSources(opt_.src, opt_.list_file, &src_, opt_.out));
@@ -185,9 +195,9 @@ class Builder {
     r.size_w = opt_.size_w;
     r.size_h = opt_.size_h;
     r.channels = opt_.channels;
-    r.dtype = opt_.dtype;
+    r.dtype = RecordDType(opt_);
     r.norm = opt_.norm;
-    r.normalized = opt_.dtype != DType::kUint8;
+    r.normalized = r.dtype != DType::kUint8;
     r.max_pixels = opt_.max_pixels;
     r.shuffle_seed = opt_.shuffle_seed;
     r.val_fraction = opt_.val_fraction;
@@ -298,7 +308,7 @@ class Builder {
     std::error_code ec;
     fs::remove(opt_.out + "/" + kDuplicatesTsvName, ec);
     WriterOptions wo;
-    wo.dtype = opt_.dtype;
+    wo.dtype = RecordDType(opt_);
     wo.shape = shape_;
     // Format 2 for whole images and a CSV's several labels or targets:
     // "image" and "label", the names a format 1 cache reads as ("labels",

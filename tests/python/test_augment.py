@@ -14,7 +14,7 @@ import kiln
 import numpy as np
 import torch
 from PIL import Image
-from test_build_whole import build, png_folder, sources
+from test_build_whole import build, pil_bilinear, png_folder, sources
 
 KILN = os.environ.get("KILN_BIN")
 PHOTOS = os.environ.get("KILN_SAMPLE_PHOTOS")
@@ -36,10 +36,10 @@ def pil_of(chw):
 
 
 def pil_rrc(chw, box, size):
-    """PIL's crop(box).resize(size, BILINEAR), flipped when box[4]: the
-    reference the loader's output must equal."""
+    """PIL's crop(box).resize(size, BILINEAR) (Pillow 13's, pil_bilinear),
+    flipped when box[4]: the reference the loader's output must equal."""
     t, l, h, w, flip = [int(v) for v in box]
-    img = pil_of(chw).crop((l, t, l + w, t + h)).resize((size, size), Image.BILINEAR)
+    img = pil_bilinear(pil_of(chw).crop((l, t, l + w, t + h)), (size, size))
     a = np.asarray(img)
     if flip:
         a = a[:, ::-1]
@@ -321,7 +321,7 @@ def check_fixed_records_and_refusals(tmp):
         assert np.array_equal(x.numpy(), pil_rrc(cache[idx]["image"], box, 16))
     f16 = synth(tmp, "f16", "float16", shape=(3, 20, 30), n=4)
     expect_raises(ValueError, lambda: kiln.Loader(f16, 2, crop=kiln.RandomResizedCrop(16)),
-                  "uint8", "--dtype uint8")
+                  "uint8", "--max-side N")
     expect_raises(ValueError, lambda: kiln.Loader(
         path, 2, crop=kiln.RandomResizedCrop(16, scale=(0.5, 0.2))), "scale")
     if KILN and PHOTOS:
@@ -329,6 +329,22 @@ def check_fixed_records_and_refusals(tmp):
         expect_raises(ValueError, lambda: kiln.Loader(whole, 2, crop=64), "varies in size",
                       "RandomResizedCrop", "ResizeCenterCrop")
         expect_raises(ValueError, lambda: kiln.Loader(whole, 2), "varies in size")
+        # The natural two steps: kiln build --max-side without --dtype stores
+        # uint8, which RandomResizedCrop reads; a float --dtype is refused,
+        # naming the flag to drop.
+        src = png_folder(tmp)
+        for dtype, ok in ((None, True), ("float16", False)):
+            out = os.path.join(tmp, "default-%s" % dtype)
+            subprocess.run([KILN, "build", src, out, "--max-side", "64", "--progress", "none"] +
+                           (["--dtype", dtype] if dtype else []), check=True,
+                           stdout=subprocess.DEVNULL)
+            assert kiln.Cache(out).dtype == ("uint8" if ok else dtype)
+            make = lambda: kiln.Loader(out, 2, crop=kiln.RandomResizedCrop(32))
+            if ok:
+                x, _ = next(iter(make()))
+                assert tuple(x.shape) == (2, 3, 32, 32), x.shape
+            else:
+                expect_raises(ValueError, make, "without --dtype float16", "uint8 by default")
 
 
 def check_train_augment_rrc(tmp):

@@ -379,3 +379,37 @@ TEST_CASE(
     CHECK(out.find("error") == std::string::npos);
   }
 }
+
+TEST_CASE("OpenCV's codecs load on first use: verify, inspect and train run without them; "
+          "build and export name the module they could not load",
+          "[cli]") {
+  TempDir dir;
+  const fs::path src = dir / "src";
+  fs::create_directories(src / "cats");
+  fs::create_directories(src / "dogs");
+  fs::copy_file(kPhotos + "/chelsea.jpg", src / "cats/a.jpg");
+  fs::copy_file(std::string(KILN_SAMPLE_DATA) + "/fashion/train/0_tshirt_top/00001.png",
+                src / "dogs/c.png");
+  std::string out;
+  const std::string cache = dir / "cache";
+  REQUIRE(Kiln("build " + src.string() + " " + cache + " --resize 32 --crop 32 --progress none",
+               &out) == 0);
+  // Only this (missing) module may be tried: the variable is the user's override.
+  const std::string none = "KILN_OPENCV_CODECS=" + (dir / "no-such-module.so") + " ";
+  CHECK(RunCommand(none + KILN_BIN + " verify " + cache + " --level full", &out) == 0);
+  CHECK(RunCommand(none + KILN_BIN + " inspect " + cache, &out) == 0);
+
+  const std::string other = dir / "other";
+  CHECK(RunCommand(none + KILN_BIN + " build " + src.string() + " " + other +
+                       " --resize 32 --crop 32 --progress none",
+                   &out) == 2);
+  CHECK_THAT(out, Catch::Contains("cannot load OpenCV's image codecs") &&
+                      Catch::Contains("no-such-module.so: no such file") &&
+                      Catch::Contains("KILN_OPENCV_CODECS"));
+  CHECK_FALSE(fs::exists(other));  // stopped before it wrote anything
+  CHECK(RunCommand(none + KILN_BIN + " export " + cache + " --index 0 -o " + (dir / "a.png"),
+                   &out) == 2);
+  CHECK_THAT(out, Catch::Contains("cannot load OpenCV's image codecs to write"));
+  CHECK_FALSE(fs::exists(dir / "a.png"));
+  CHECK(Kiln("export " + cache + " --index 0 -o " + (dir / "a.png"), &out) == 0);
+}

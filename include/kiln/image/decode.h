@@ -65,6 +65,13 @@ struct DecodeOptions {
 Status Decode(const uint8_t* data, size_t size, const std::string& name,
               const DecodeOptions& options, ImageU8* out);
 
+// Opens the decoders kiln loads on first use - OpenCV's codecs, for every
+// format but JPEG (src/image/opencv_codecs.h says why they are not linked)
+// - and returns OK, or NotSupported naming the module and each path tried.
+// kiln build calls it before it writes anything, so that a missing module
+// stops the build instead of rejecting every PNG.
+Status CheckDecoders();
+
 // Decodes a segmentation mask: one 8-bit channel of class indices (a PNG
 // of PIL's mode "L"), kept exactly as stored. Corruption for data that does
 // not decode; InvalidArgument naming `name` for colour, alpha or 16-bit

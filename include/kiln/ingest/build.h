@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -127,7 +128,9 @@ struct BuildOptions {
   std::string masks;
   int size_w = 0, size_h = 0;        // squash to W x H instead; 0 = none
   int channels = 3;                  // 1 or 3
-  DType dtype = DType::kFloat16;     // float16/float32: normalized; uint8: raw pixels
+  // float16/float32: normalized; uint8: raw pixels. Unset: RecordDType's
+  // default (uint8 for whole images, float16 otherwise).
+  std::optional<DType> dtype;
   NormKind norm = NormKind::kNone;   // none (mean 0, std 1), imagenet, auto, or explicit
   std::vector<double> mean, std;     // explicit per-channel values (norm = kExplicit)
   uint64_t stats_sample = 0;         // norm auto: seeded sample of N images; 0 = all
@@ -146,6 +149,12 @@ struct BuildOptions {
   int num_parts = 1;    // > 1: build only part `part` (0-based) of num_parts,
   int part = 0;         //   into OUT/part-IIIII-of-NNNNN (per split); see MergeParts
 };
+
+// The records' dtype of a build: o.dtype where given, else uint8 for whole
+// images (max_side or shorter_side: such a cache exists to be cropped and
+// resampled at load time, RandomResizedCrop or Resize + CenterCrop, which
+// read uint8 pixels) and float16 for fixed-size records.
+DType RecordDType(const BuildOptions& o);
 
 struct BuildResult {
   uint64_t written = 0;

@@ -1,18 +1,18 @@
 // The resampler's fixed-point arithmetic and its x86 SIMD kernels
-// (internal to kiln::image; resample.cc chooses among them). Every kernel
+// (resample.cc chooses among them). Every kernel
 // gives exactly the portable code's bytes: the same integer sums, rounded
 // and saturated the same way.
-#ifndef KILN_SRC_IMAGE_RESAMPLE_KERNELS_H_
-#define KILN_SRC_IMAGE_RESAMPLE_KERNELS_H_
+#ifndef KILN_SRC_PIXELS_RESAMPLE_KERNELS_H_
+#define KILN_SRC_PIXELS_RESAMPLE_KERNELS_H_
 
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
-#include "core/cpus.h"
-#include "resample.h"
+#include "pixels/simd.h"
+#include "pixels/resample.h"
 
-namespace kiln::image::internal {
+namespace kiln::pixels {
 
 // Fixed-point precision of the weights: 32 bits minus 8 for the sample and
 // 2 of headroom, as Pillow uses for 8-bit images.
@@ -80,6 +80,6 @@ void VerticalRowAvx512(const uint8_t* const* rows, const int32_t* k, int count, 
                        uint8_t* out);
 #endif
 
-}  // namespace kiln::image::internal
+}  // namespace kiln::pixels
 
-#endif  // KILN_SRC_IMAGE_RESAMPLE_KERNELS_H_
+#endif  // KILN_SRC_PIXELS_RESAMPLE_KERNELS_H_

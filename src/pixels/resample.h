@@ -1,19 +1,20 @@
-// PIL-compatible antialiased bilinear resampling (internal to kiln::image).
+// PIL-compatible antialiased bilinear resampling (kiln::pixels: the build and the loader share it).
 //
 // Reproduces Pillow's Image.resize(size, BILINEAR, box) for 8-bit images:
 // separable triangle filter whose support is scaled by the downscale
 // factor, coefficients normalised to sum 1 and rounded to 22-bit fixed point,
-// a horizontal pass into an 8-bit intermediate image, then a vertical pass,
-// each rounding to nearest. Written for kiln from the description of the
-// algorithm; output is bit-identical to Pillow 9.4 on the tested inputs.
-#ifndef KILN_SRC_IMAGE_RESAMPLE_H_
-#define KILN_SRC_IMAGE_RESAMPLE_H_
+// two passes through an 8-bit intermediate image, each rounding to nearest,
+// in Pillow 13's order (PillowVerticalFirst). Written for kiln from the
+// description of the algorithm; output is bit-identical to Pillow 13 on the
+// tested inputs, and to Pillow 9.4 wherever the horizontal pass goes first.
+#ifndef KILN_SRC_PIXELS_RESAMPLE_H_
+#define KILN_SRC_PIXELS_RESAMPLE_H_
 
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
-namespace kiln::image::internal {
+namespace kiln::pixels {
 
 // Filter taps for output positions [begin, end) of one axis that maps the
 // input interval [in0, in1) (in input pixels; in1 may be fractional) onto
@@ -80,12 +81,19 @@ void ResamplePlanes(const uint8_t* in, size_t in_stride, size_t in_plane, int pl
                     int region_w, int region_h, bool flip, uint8_t* dst, size_t dst_stride,
                     size_t dst_plane, ResampleScratch* scratch = nullptr);
 
+// Whether Pillow 13 (and kiln) resamples an in_w x in_h image to
+// out_w x out_h with the vertical pass first: when the height shrinks by
+// more than twice what the width does. Pillow 12 and older always ran the
+// horizontal pass first; the order changes the 8-bit intermediate's rounding
+// (a pixel off by one), never a single-axis resize.
+bool PillowVerticalFirst(int in_w, int in_h, int out_w, int out_h);
+
 // The kernels ResampleRegion may use, each level including those below it;
 // every level gives the same bytes. The default is the fastest the CPU
 // supports. For tests and benchmarks.
 enum KernelLevel { kKernelsPortable = 0, kKernelsSse41 = 1, kKernelsAvx2 = 2, kKernelsAvx512 = 3 };
 void UseKernelsUpTo(KernelLevel level);
 
-}  // namespace kiln::image::internal
+}  // namespace kiln::pixels
 
-#endif  // KILN_SRC_IMAGE_RESAMPLE_H_
+#endif  // KILN_SRC_PIXELS_RESAMPLE_H_

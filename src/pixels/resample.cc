@@ -1,14 +1,14 @@
-#include "resample.h"
+#include "pixels/resample.h"
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
 
-#include "core/cpus.h"
-#include "resample_kernels.h"
+#include "pixels/resample_kernels.h"
+#include "pixels/simd.h"
 
-namespace kiln::image::internal {
+namespace kiln::pixels {
 namespace {
 
 // Triangle (bilinear) filter with support 1.
@@ -78,12 +78,11 @@ HorizontalPlan PlanHorizontal(const AxisTaps& taps, int n, int channels, Resampl
 }
 
 // Rows [row_begin, row_end) of `in` (rows in_stride bytes apart, in_w
-// pixels of `channels`) resampled along x into `out` (packed rows of n
-// pixels), as `plan` says.
+// pixels of `channels`) resampled along x into `out` (rows of n pixels,
+// out_stride bytes apart), as `plan` says.
 void HorizontalPass(const uint8_t* in, size_t in_stride, int in_w, int channels, int row_begin,
                     int row_end, const AxisTaps& taps, const HorizontalPlan& plan,
-                    const ResampleScratch& ws, int n, uint8_t* out) {
-  const size_t out_stride = static_cast<size_t>(n) * channels;
+                    const ResampleScratch& ws, int n, uint8_t* out, size_t out_stride) {
   for (int y = row_begin; y < row_end; ++y) {
     const uint8_t* src = in + y * in_stride;
     uint8_t* dst = out + (y - row_begin) * out_stride;
@@ -165,6 +164,63 @@ void ComputeAxisTaps(int in_size, double in0, double in1, int out_size, int begi
 
 namespace {
 
+// Which vertical kernel a pass uses (chosen once per call).
+struct VerticalKernels {
+  bool avx2 = false, avx512 = false;
+};
+
+VerticalKernels ChooseVertical(const AxisTaps& vtaps) {
+  VerticalKernels k;
+#ifdef KILN_X86_SIMD
+  k.avx2 = CpuSimd().avx2 && Allowed(kKernelsAvx2);
+  k.avx512 = CpuSimd().avx512bw_vbmi && Allowed(kKernelsAvx512) && vtaps.ksize <= 16;
+#else
+  (void)vtaps;
+#endif
+  return k;
+}
+
+// The vertical pass: output row y (0 <= y < rows) of row_bytes bytes at
+// out + y * out_stride, from the input rows vtaps names, which are
+// row_begin + i rows of `mid` (mid_stride bytes apart) for tap row i.
+void VerticalPass(const uint8_t* mid, size_t mid_stride, int row_begin, const AxisTaps& vtaps,
+                  const VerticalKernels& vk, int rows, size_t row_bytes, uint8_t* out,
+                  size_t out_stride, ResampleScratch* ws) {
+#ifdef KILN_X86_SIMD
+  if (vk.avx2) {
+    std::vector<const uint8_t*>& in_rows = ws->rows;
+    in_rows.resize(vtaps.ksize);
+    for (int y = 0; y < rows; ++y) {
+      for (int i = 0; i < vtaps.count[y]; ++i)
+        in_rows[i] = mid + (vtaps.first[y] + i - row_begin) * mid_stride;
+      const int32_t* k = &vtaps.weights[static_cast<size_t>(y) * vtaps.ksize];
+      if (vk.avx512) {
+        VerticalRowAvx512(in_rows.data(), k, vtaps.count[y], row_bytes, out + y * out_stride);
+      } else {
+        VerticalRowAvx2(in_rows.data(), k, vtaps.count[y], row_bytes, out + y * out_stride);
+      }
+    }
+    return;
+  }
+#else
+  (void)vk;
+#endif
+  // Portable: accumulate whole rows so the inner loop vectorises.
+  std::vector<int32_t>& acc = ws->acc;
+  acc.resize(row_bytes);
+  for (int y = 0; y < rows; ++y) {
+    std::fill(acc.begin(), acc.end(), kHalf);
+    const int32_t* k = &vtaps.weights[static_cast<size_t>(y) * vtaps.ksize];
+    for (int i = 0; i < vtaps.count[y]; ++i) {
+      const uint8_t* src = mid + (vtaps.first[y] + i - row_begin) * mid_stride;
+      const int32_t weight = k[i];
+      for (size_t j = 0; j < row_bytes; ++j) acc[j] += src[j] * weight;
+    }
+    uint8_t* o = out + y * out_stride;
+    for (size_t j = 0; j < row_bytes; ++j) o[j] = Clip8(acc[j]);
+  }
+}
+
 // ResampleRegion and ResamplePlanes: `planes` images of in_w x in_h pixels
 // of `channels` bytes (image p at in + p * in_plane, rows in_stride apart),
 // each region written at dst + p * dst_plane (rows dst_stride apart),
@@ -197,10 +253,35 @@ void Resample(const uint8_t* in, size_t in_stride, size_t in_plane, int planes, 
     if (flip) MirrorTaps(&htaps);
     hplan = PlanHorizontal(htaps, region_w, channels, &ws);
   }
-#ifdef KILN_X86_SIMD
-  const bool avx2 = CpuSimd().avx2 && Allowed(kKernelsAvx2);
-  const bool avx512 = CpuSimd().avx512bw_vbmi && Allowed(kKernelsAvx512) && vtaps.ksize <= 16;
-#endif
+  const VerticalKernels vk = ChooseVertical(vtaps);
+
+  // Pillow 13 runs the vertical pass first when the height shrinks by more
+  // than twice what the width does (Resample.c, ImagingResampleInner); the
+  // order changes the rounding of the 8-bit intermediate, so kiln follows it
+  // to stay byte-exact with the Pillow users have (Pillow 12 and older
+  // always went horizontal first: PillowVerticalFirst says which).
+  if (need_horizontal && need_vertical && PillowVerticalFirst(in_w, in_h, out_w, out_h)) {
+    // The columns the horizontal taps read; the vertical pass makes only
+    // those, for the region's rows, and the horizontal pass reads them.
+    int col_begin = in_w, col_end = 0;
+    for (size_t i = 0; i < htaps.first.size(); ++i) {
+      col_begin = std::min(col_begin, htaps.first[i]);
+      col_end = std::max(col_end, htaps.first[i] + htaps.count[i]);
+    }
+    for (int& f : htaps.first) f -= col_begin;
+    hplan = PlanHorizontal(htaps, region_w, channels, &ws);
+    const int mid_w = col_end - col_begin;
+    const size_t mid_bytes = static_cast<size_t>(mid_w) * channels;
+    for (int p = 0; p < planes; ++p) {
+      const uint8_t* pin = in + p * in_plane + static_cast<size_t>(col_begin) * channels;
+      ws.temp.resize(static_cast<size_t>(region_h) * mid_bytes);
+      VerticalPass(pin, in_stride, 0, vtaps, vk, region_h, mid_bytes, ws.temp.data(), mid_bytes,
+                   &ws);
+      HorizontalPass(ws.temp.data(), mid_bytes, mid_w, channels, 0, region_h, htaps, hplan, ws,
+                     region_w, dst + p * dst_plane, dst_stride);
+    }
+    return;
+  }
 
   for (int p = 0; p < planes; ++p) {
     const uint8_t* pin = in + p * in_plane;
@@ -212,7 +293,7 @@ void Resample(const uint8_t* in, size_t in_stride, size_t in_plane, int planes, 
     if (need_horizontal) {
       temp.resize(static_cast<size_t>(row_end - row_begin) * row_bytes);
       HorizontalPass(pin, in_stride, in_w, channels, row_begin, row_end, htaps, hplan, ws, region_w,
-                     temp.data());
+                     temp.data(), row_bytes);
       mid = temp.data();
       mid_stride = row_bytes;
     } else {
@@ -226,38 +307,8 @@ void Resample(const uint8_t* in, size_t in_stride, size_t in_plane, int planes, 
       }
       continue;
     }
-    // Vertical pass.
-#ifdef KILN_X86_SIMD
-    if (avx2) {
-      std::vector<const uint8_t*>& rows = ws.rows;
-      rows.resize(vtaps.ksize);
-      for (int y = 0; y < region_h; ++y) {
-        for (int i = 0; i < vtaps.count[y]; ++i)
-          rows[i] = mid + (vtaps.first[y] + i - row_begin) * mid_stride;
-        const int32_t* k = &vtaps.weights[static_cast<size_t>(y) * vtaps.ksize];
-        if (avx512) {
-          VerticalRowAvx512(rows.data(), k, vtaps.count[y], row_bytes, pdst + y * dst_stride);
-        } else {
-          VerticalRowAvx2(rows.data(), k, vtaps.count[y], row_bytes, pdst + y * dst_stride);
-        }
-      }
-      continue;
-    }
-#endif
-    // Portable: accumulate whole rows so the inner loop vectorises.
-    std::vector<int32_t>& acc = ws.acc;
-    acc.resize(row_bytes);
-    for (int y = 0; y < region_h; ++y) {
-      std::fill(acc.begin(), acc.end(), kHalf);
-      const int32_t* k = &vtaps.weights[static_cast<size_t>(y) * vtaps.ksize];
-      for (int i = 0; i < vtaps.count[y]; ++i) {
-        const uint8_t* src = mid + (vtaps.first[y] + i - row_begin) * mid_stride;
-        const int32_t weight = k[i];
-        for (size_t j = 0; j < row_bytes; ++j) acc[j] += src[j] * weight;
-      }
-      uint8_t* out = pdst + y * dst_stride;
-      for (size_t j = 0; j < row_bytes; ++j) out[j] = Clip8(acc[j]);
-    }
+    VerticalPass(mid, mid_stride, row_begin, vtaps, vk, region_h, row_bytes, pdst, dst_stride,
+                 &ws);
   }
 }
 
@@ -278,6 +329,11 @@ void ResamplePlanes(const uint8_t* in, size_t in_stride, size_t in_plane, int pl
            region_w, region_h, flip, dst, dst_stride, dst_plane, scratch);
 }
 
+bool PillowVerticalFirst(int in_w, int in_h, int out_w, int out_h) {
+  const int shrink_h = in_h - out_h, shrink_w = in_w - out_w;
+  return shrink_h > 0 && shrink_h > shrink_w * 2;
+}
+
 void UseKernelsUpTo(KernelLevel level) { g_max_level.store(level); }
 
-}  // namespace kiln::image::internal
+}  // namespace kiln::pixels

@@ -1,13 +1,13 @@
 // The SIMD resampling kernels (chosen at run time on x86-64) against the
 // portable ones: the same bytes for every channel count, scale and region.
-#include "resample.h"
+#include "pixels/resample.h"
 
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <random>
 #include <vector>
 
-namespace kiln::image::internal {
+namespace kiln::pixels {
 namespace {
 
 std::vector<uint8_t> Run(const std::vector<uint8_t>& in, int in_w, int in_h, int c, double box_w,
@@ -140,4 +140,57 @@ TEST_CASE(
 }
 
 }  // namespace
-}  // namespace kiln::image::internal
+}  // namespace kiln::pixels
+
+namespace kiln::pixels {
+namespace {
+
+TEST_CASE("a two-axis resize takes Pillow 13's pass order: vertical first when the height shrinks "
+          "by more than twice the width",
+          "[transform][resample]") {
+  CHECK(PillowVerticalFirst(30, 35, 32, 32));     // x grows, y shrinks by 3
+  CHECK_FALSE(PillowVerticalFirst(80, 68, 69, 55));  // 13 > 2 * 11 fails: horizontal first
+  CHECK(PillowVerticalFirst(50, 58, 49, 5));
+  CHECK_FALSE(PillowVerticalFirst(40, 30, 20, 40));  // y grows
+  // The result is the two one-axis resizes in that order, for every kernel
+  // level, whole outputs and regions of them (the loader's centre crops).
+  std::mt19937 rng(11);
+  auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  int vertical_first = 0;
+  for (int trial = 0; trial < 200; ++trial) {
+    const int c = uni(1, 4);
+    const int in_w = uni(2, 120), in_h = uni(2, 160);
+    const int out_w = uni(1, in_w * 3 / 2 + 1), out_h = uni(1, in_h);
+    if (out_w == in_w || out_h == in_h) continue;
+    std::vector<uint8_t> in(static_cast<size_t>(in_w) * in_h * c);
+    for (auto& v : in) v = static_cast<uint8_t>(uni(0, 255));
+    const bool vfirst = PillowVerticalFirst(in_w, in_h, out_w, out_h);
+    vertical_first += vfirst;
+    // The oracle: one axis, then the other.
+    const int mid_w = vfirst ? in_w : out_w, mid_h = vfirst ? out_h : in_h;
+    const auto mid = Run(in, in_w, in_h, c, in_w, in_h, mid_w, mid_h, 0, 0, mid_w, mid_h,
+                         kKernelsPortable);
+    std::vector<uint8_t> packed;  // Run's rows carry a guard byte
+    for (int y = 0; y < mid_h; ++y)
+      packed.insert(packed.end(), mid.begin() + y * (static_cast<size_t>(mid_w) * c + 1),
+                    mid.begin() + y * (static_cast<size_t>(mid_w) * c + 1) + mid_w * c);
+    const auto want = Run(packed, mid_w, mid_h, c, mid_w, mid_h, out_w, out_h, 0, 0, out_w,
+                          out_h, kKernelsPortable);
+    const int rw = uni(1, out_w), rh = uni(1, out_h);
+    const int x0 = uni(0, out_w - rw), y0 = uni(0, out_h - rh);
+    for (KernelLevel level : {kKernelsPortable, kKernelsSse41, kKernelsAvx2, kKernelsAvx512}) {
+      INFO("trial " << trial << " level " << level << ": " << in_w << "x" << in_h << "x" << c
+                    << " -> " << out_w << "x" << out_h << (vfirst ? " vertical first" : ""));
+      REQUIRE(Run(in, in_w, in_h, c, in_w, in_h, out_w, out_h, 0, 0, out_w, out_h, level) == want);
+      const auto part = Run(in, in_w, in_h, c, in_w, in_h, out_w, out_h, x0, y0, rw, rh, level);
+      for (int y = 0; y < rh; ++y)
+        for (int x = 0; x < rw * c; ++x)
+          REQUIRE(part[y * (static_cast<size_t>(rw) * c + 1) + x] ==
+                  want[(y0 + y) * (static_cast<size_t>(out_w) * c + 1) + x0 * c + x]);
+    }
+  }
+  CHECK(vertical_first > 40);
+}
+
+}  // namespace
+}  // namespace kiln::pixels

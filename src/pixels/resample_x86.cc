@@ -1,5 +1,5 @@
 // The resampler's x86 SIMD kernels (resample_kernels.h says what each is).
-#include "resample_kernels.h"
+#include "pixels/resample_kernels.h"
 
 #ifdef KILN_X86_SIMD
 
@@ -14,7 +14,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
-namespace kiln::image::internal {
+namespace kiln::pixels {
 namespace {
 
 // SSE4.1, 3 or 4 channels: one output pixel is one vector of four int32
@@ -464,6 +464,6 @@ void PlaneRowAvx512(int pairs, const uint8_t* src, int in_w, const int* bases,
   }
 }
 
-}  // namespace kiln::image::internal
+}  // namespace kiln::pixels
 
 #endif  // KILN_X86_SIMD
