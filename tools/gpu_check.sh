@@ -1,23 +1,20 @@
 #!/bin/bash
-# kiln's GPU check, for a lent GPU machine (../shared/gpu/README.md): builds
-# kiln's core and trainer (no image part) against the CUDA LibTorch inside
-# that machine's PyTorch wheel, with the Debian packages of .gpu-debs/
-# unpacked into a prefix, NCCL (c10d's ProcessGroupNCCL, with the
-# nvidia-nccl wheel's nccl.h) included; runs every test, then the [cuda]
-# ones; trains on the GPU, and on 2 processes over NCCL; prints a short
-# table last. Writes logs to $OUT (or /tmp).
+# kiln's GPU check, for a lent GPU machine (docs/gpu.md): builds kiln's core,
+# trainer, kiln-train and Python module against the CUDA LibTorch of that
+# machine's PyTorch wheel with tools/configure_cuda.sh - the configuration
+# CI's CUDA build uses (tools/setup.sh cuda-test), less the image part
+# (-DKILN_WITH_IMAGE=OFF: the machine has no OpenCV or TurboJPEG) - with the
+# Debian packages and the pybind11 wheel of .gpu-debs/ unpacked into a
+# prefix; runs every test, then the [cuda] ones; trains on the GPU, and on 2
+# processes over NCCL; prints a short table last. Writes logs to $OUT (or
+# /tmp/kiln-gpu-out).
 #
-#   on a development machine, once:  ../shared/gpu/fetch_debs.sh .gpu-debs &&
-#                                     (cd .gpu-debs && apt-get download pybind11-dev)
-#   then, through the device tool:   bash tools/gpu_check.sh
-# (pybind11-dev: the Python module is built against the machine's torch, for
-# tools/gpu_loader_stress.py.)
+#   on a development machine, once:  tools/fetch_gpu_debs.sh
+#   then, through the device tool:   bash tools/gpu_check.sh  (carry .gpu-debs)
 #
-# Environment (all optional): KILN_TORCH_PREFIX (CMake prefix of LibTorch;
-# default: the wheel's torch.utils.cmake_prefix_path), KILN_DEPS_DIR
-# (/tmp/kiln-deps), KILN_GPU_BUILD (/tmp/kiln-gpu-build),
-# KILN_NCCL_INCLUDE_DIR (the folder of nccl.h; default: searched for in
-# Python's site-packages/nvidia and the CUDA and system include folders).
+# Environment (all optional): KILN_PYTHON (the Python whose torch is built
+# against; default python3), KILN_DEPS_DIR (/tmp/kiln-deps), KILN_GPU_BUILD
+# (/tmp/kiln-gpu-build), CUDA_HOME (/usr/local/cuda).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -40,32 +37,23 @@ step() {
   return $rc
 }
 
+py=${KILN_PYTHON:-python3}
 if [ -d .gpu-debs ]; then
   mkdir -p "$deps"
   for f in .gpu-debs/*.deb; do dpkg -x "$f" "$deps"; done
+  for w in .gpu-debs/pybind11-*.whl; do
+    [ -f "$w" ] && "$py" -m zipfile -e "$w" "$deps/pybind11" &&
+      export KILN_PYBIND11_DIR=$deps/pybind11/pybind11/share/cmake/pybind11
+  done
 fi
-torch_prefix=${KILN_TORCH_PREFIX:-$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')}
 # The unpacked .pc files say prefix=/usr: the sysroot puts their paths under $deps.
 export PKG_CONFIG_SYSROOT_DIR=$deps
 export PKG_CONFIG_PATH=$deps/usr/lib/x86_64-linux-gnu/pkgconfig:$deps/usr/share/pkgconfig
 export LD_LIBRARY_PATH=$deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-cuda=()
-[ -x /usr/local/cuda/bin/nvcc ] && cuda=(-DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc -DCUDAToolkit_ROOT=/usr/local/cuda)
-# nccl.h for c10d's ProcessGroupNCCL: the wheel's LibTorch has NCCL, its
-# header comes with the nvidia-nccl wheel.
-nccl_inc=${KILN_NCCL_INCLUDE_DIR:-$(python3 tools/find_nccl.py 2>/dev/null)}
-nccl=()
-[ -n "$nccl_inc" ] && nccl=(-DKILN_NCCL_INCLUDE_DIR="$nccl_inc")
+export KILN_PREFIX_PATH=$deps/usr
 
-KEY="distributed backends" step configure cmake -S . -B "$b" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DKILN_WITH_IMAGE=OFF -DCMAKE_PREFIX_PATH="$torch_prefix;$deps/usr" "${cuda[@]}" "${nccl[@]}" &&
-{
-  step build cmake --build "$b" -j "$(nproc)" ||
-  # NCCL's file failed to compile: record it, build the rest without NCCL.
-  { grep -q "collective_nccl" "$out/build.log" &&
-    step build-without-nccl bash -c "cmake -S . -B '$b' -DKILN_WITH_NCCL=OFF >/dev/null &&
-                                     cmake --build '$b' -j $(nproc)"; }
-} &&
+KEY="distributed backends" step configure tools/configure_cuda.sh "$b" "$py" -DKILN_WITH_IMAGE=OFF &&
+step build cmake --build "$b" -j "$(nproc)" &&
 {
   KEY="tests passed" step ctest bash -c "cd '$b' && ctest -j 8 --output-on-failure"
   KEY="test cases|All tests passed" step cuda-tests "$b/tests/train/kiln_train_tests" "[cuda]"
@@ -92,10 +80,10 @@ KEY="distributed backends" step configure cmake -S . -B "$b" -G Ninja -DCMAKE_BU
     # and 2,000 through pin_memory + non_blocking copies held up by a sleep
     # kernel, each compared with the same batch read on the CPU.
     if ls "$b"/python/kiln/_kiln*.so >/dev/null 2>&1; then
-      KEY="batches" step python-stress env PYTHONPATH="$b/python" python3 tools/gpu_loader_stress.py \
+      KEY="batches" step python-stress env PYTHONPATH="$b/python" "$py" tools/gpu_loader_stress.py \
         /tmp/kiln-gpu-cache 2000 cuda
     else
-      results+=("python-stress: not run: the module was not built (no Python headers, or pybind11-dev missing from .gpu-debs)")
+      results+=("python-stress: not run: the module was not built (no Python headers, or the pybind11 wheel missing from .gpu-debs)")
     fi
     # kiln train against the tuned Python loop of bench/train_parity.py (issue 26):
     # resnet18, batch 128, bf16, SGD one-cycle, 3 epochs of that cache, interleaved
@@ -103,17 +91,17 @@ KEY="distributed backends" step configure cmake -S . -B "$b" -G Ninja -DCMAKE_BU
     # module was built here; else it trains on random batches made once on the GPU
     # (a loader that costs nothing: the comparison then favours Python).
     loader=device
-    PYTHONPATH=$b/python python3 -c 'import kiln' 2>/dev/null && loader=kiln
+    PYTHONPATH=$b/python "$py" -c 'import kiln' 2>/dev/null && loader=kiln
     for r in 1 2; do
       step parity-kiln-$r "$b/kiln" train --data /tmp/kiln-gpu-cache --model resnet18 --device cuda \
         --workers 4 --batch-size 128 --precision bf16 --epochs 3 --log-every 0 --optimizer sgd \
         --lr 0.05 --momentum 0.9 --nesterov --weight-decay 5e-4 --schedule onecycle \
         --metrics "$out/parity-kiln-$r.jsonl"
-      step parity-python-$r env PYTHONPATH="$b/python" python3 bench/train_parity.py train resnet18 \
+      step parity-python-$r env PYTHONPATH="$b/python" "$py" bench/train_parity.py train resnet18 \
         --cache /tmp/kiln-gpu-cache --val-cache /tmp/kiln-gpu-cache --loader $loader --device cuda \
         --precision bf16 --epochs 3 --workers 4
     done
-    step parity-ratio python3 - "$out" "$loader" <<'EOF'
+    step parity-ratio "$py" - "$out" "$loader" <<'EOF'
 import json, os, sys
 out, loader = sys.argv[1:]
 def rate(lines):  # samples/s over all epochs of one run

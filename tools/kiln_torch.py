@@ -65,6 +65,33 @@ _HEADER = struct.Struct("<4sHBB4IqQQ16s")
 assert _HEADER.size == HEADER_SIZE
 
 
+
+# The shards open in this process, by file: LMDB must not open one file
+# twice in a process (python-lmdb 1.x and later refuse: "already open in
+# this process"), so every KilnDataset of the same cache shares one handle.
+_shards = {}
+_shards_pid = None
+
+
+def _open_shard(path, max_readers):
+    global _shards, _shards_pid
+    if _shards_pid != os.getpid():
+        _shards, _shards_pid = {}, os.getpid()  # a forked child: the parent's handles stay its own
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise ValueError("%s: cannot open shard: %s" % (path, e.strerror)) from None
+    key = (os.path.realpath(path), st.st_dev, st.st_ino)  # a rebuilt cache is a new file
+    env = _shards.get(key)
+    if env is None:
+        try:
+            env = lmdb.open(path, subdir=False, readonly=True, lock=False,
+                            readahead=False, max_readers=max_readers)
+        except lmdb.Error as e:
+            raise ValueError("%s: cannot open shard: %s" % (path, e)) from None
+        _shards[key] = env
+    return env
+
 class KilnDataset(torch.utils.data.Dataset):
     """The records of a finished kiln cache as ``(tensor, label)`` pairs."""
 
@@ -211,12 +238,7 @@ class KilnDataset(torch.utils.data.Dataset):
             self._pid = pid
         env = self._envs.get(shard)
         if env is None:
-            path = os.path.join(self._dir, self._files[shard])
-            try:
-                env = lmdb.open(path, subdir=False, readonly=True, lock=False,
-                                readahead=False, max_readers=self._max_readers)
-            except lmdb.Error as e:
-                raise ValueError("%s: cannot open shard: %s" % (path, e)) from None
+            env = _open_shard(os.path.join(self._dir, self._files[shard]), self._max_readers)
             self._envs[shard] = env
         return env
 

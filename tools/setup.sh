@@ -78,27 +78,9 @@ if [ "$mode" = gpu ] || [ "$mode" = cuda-test ]; then
       echo "== venv ready in $((SECONDS - t0)) s"
     fi
   fi
-  if ! "$py" -c 'import torch, sys; sys.exit(0 if torch.version.cuda else 3)'; then
-    echo "tools/setup.sh $mode: the torch of $py has no CUDA (torch.version.cuda is None): use a CUDA wheel" >&2
-    exit 2
-  fi
-  torch_dir=$("$py" -c 'import os, torch; print(os.path.dirname(torch.__file__))')
-  "$py" -c 'import torch; print("== torch %s, CUDA %s, at %s" % (torch.__version__, torch.version.cuda, torch.__file__))'
-  nccl_inc=$("$py" tools/find_nccl.py)
-  # NumPy 2 (what current torch brings) needs pybind11 >= 2.12; Debian's is 2.10.
-  pybind11_dir=$("$py" -m pybind11 --cmakedir 2>/dev/null || true)
   bdir=build-cuda
   echo "== building kiln against that LibTorch (CUDA) in $bdir/"
-  # TORCH_LIBRARY, c10_LIBRARY: TorchConfig's find_library would take Debian's
-  # libtorch-dev first where it is installed too.
-  cmake -S . -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_REQUIRE_CUDA=ON \
-    -DCMAKE_PREFIX_PATH="$torch_dir/share/cmake" \
-    -DTORCH_LIBRARY="$torch_dir/lib/libtorch.so" -Dc10_LIBRARY="$torch_dir/lib/libc10.so" \
-    -DCMAKE_CUDA_COMPILER="$cuda_home/bin/nvcc" -DCUDAToolkit_ROOT="$cuda_home" \
-    -DKILN_NCCL_INCLUDE_DIR="$nccl_inc" -DPython3_EXECUTABLE="$py" -DKILN_TEST_PYTHON="$py" \
-    ${pybind11_dir:+-Dpybind11_DIR="$pybind11_dir"} \
-    | grep -E '^-- kiln' || true
-  [ -f "$bdir/build.ninja" ] || { echo "tools/setup.sh $mode: configuring $bdir failed" >&2; exit 2; }
+  tools/configure_cuda.sh "$bdir" "$py"
   t0=$SECONDS
   cmake --build "$bdir" -j "$(nproc)"
   echo "== built in $((SECONDS - t0)) s; kiln-train links: $(ldd "$bdir/kiln-train" | grep -oE 'lib(torch_cuda|c10_cuda|nccl|cudart)\.so[^ ]*' | sort -u | tr '\n' ' ')"

@@ -1,7 +1,10 @@
 #include "kiln/train/model.h"
 
 #include <ATen/record_function.h>
+#include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
+#include <torch/csrc/jit/serialization/export.h>
+#include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/serialize.h>
 #include <torch/torch.h>
 
@@ -417,9 +420,26 @@ Status Model::SaveStateDict(const std::string& path) const {
     for (const auto& b : m.value.named_buffers(false))
       dict.insert(prefix + b.name, b.value.detach().to(torch::kCPU));
   }
+  // torch::pickle_save's archive, but without the type tags it puts on every
+  // dict (torch.jit._pickle.restore_type_tag): torch.load's default since
+  // torch 2.6 (weights_only=True) refuses that global, and Python needs no tag.
   std::vector<char> bytes;
   try {
-    bytes = torch::pickle_save(c10::IValue(dict));
+    std::vector<char> pickled;
+    torch::jit::Pickler pickler(
+        [&](const char* b, size_t n) { pickled.insert(pickled.end(), b, b + n); }, nullptr,
+        nullptr, nullptr, nullptr, /*tag_aggregates=*/false);
+    pickler.protocol();
+    pickler.pushIValue(c10::IValue(dict));
+    pickler.stop();
+    caffe2::serialize::PyTorchStreamWriter writer([&](const void* b, size_t n) -> size_t {
+      const char* c = static_cast<const char*>(b);
+      bytes.insert(bytes.end(), c, c + n);
+      return n;
+    });
+    torch::jit::writeArchiveAndTensors("data", pickled.data(), pickled.size(),
+                                       pickler.tensorData(), writer);
+    writer.writeEndOfFile();
   } catch (const c10::Error& e) {
     return Status::IOError(path + ": cannot write the state_dict: " + e.what_without_backtrace());
   }
