@@ -3,9 +3,10 @@
 #   KILN               default <repo>/build/kiln
 # Everything the scripts run lives in bench/: the corpus generator (make_corpus.sh,
 # make_corpus.py), the Python peers (peers/) and the decode floor probe (limits/).
-here=$(cd "$(dirname "${BASH_SOURCE[1]}")" && pwd)
-repo=$(cd "$here/.." && pwd)
-bench=$repo/bench
+# here: the folder of the script that sources this; bench: this file's own.
+bench=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+here=$(cd "$(dirname "${BASH_SOURCE[1]:-${BASH_SOURCE[0]}}")" && pwd)
+repo=$(cd "$bench/.." && pwd)
 tmp=${KILN_BENCH_TMP:-/tmp/kiln-bench}
 kiln=${KILN:-$repo/build/kiln}
 py=/usr/bin/python3

@@ -16,7 +16,7 @@
 
 namespace kiln::tools {
 
-// Exit codes of every kiln subcommand (README "Exit codes").
+// Exit codes of every kiln subcommand (docs/design.md "Exit codes").
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitBadData = 1;  // corrupt, stale, incomplete, rejected under --strict
 inline constexpr int kExitUsage = 2;    // usage or environment error
