@@ -380,7 +380,7 @@ TEST_CASE(
   }
 }
 
-TEST_CASE("OpenCV's codecs load on first use: verify, inspect and train run without them; "
+TEST_CASE("OpenCV's codecs load on first use: verify and inspect run without them, "
           "build and export name the module they could not load",
           "[cli]") {
   TempDir dir;
