@@ -143,18 +143,29 @@ Status DecodeJpegImage(const uint8_t* data, size_t size, const std::string& name
   return Status::OK();
 }
 
-// OpenCV path: PNG, BMP, WebP, TIFF (and whatever else imdecode knows).
-Status DecodeWithOpenCv(const uint8_t* data, size_t size, const std::string& name,
-                        const DecodeOptions& options, ImageU8* out) {
+// cv::imdecode(IMREAD_UNCHANGED) of data[0, size) through the codecs
+// module; `what` ("image", "mask") words the Corruption for data that does
+// not decode.
+Status ImdecodeUnchanged(const uint8_t* data, size_t size, const std::string& name,
+                         const char* what, cv::Mat* decoded) {
   const internal::OpenCvCodecs* codecs = nullptr;
   KILN_RETURN_IF_ERROR(internal::LoadOpenCvCodecs("to decode " + name, &codecs));
   std::string error;
   const cv::Mat buffer(1, static_cast<int>(size), CV_8UC1, const_cast<uint8_t*>(data));
-  const cv::Mat decoded = codecs->imdecode(buffer, cv::IMREAD_UNCHANGED, &error);
-  if (!error.empty()) return Status::Corruption(name + ": cannot decode image: " + error);
-  if (decoded.empty()) {
-    return Status::Corruption(name + ": cannot decode image (damaged, truncated or not an image)");
-  }
+  *decoded = codecs->imdecode(buffer, cv::IMREAD_UNCHANGED, &error);
+  if (!error.empty())
+    return Status::Corruption(name + ": cannot decode " + what + ": " + error);
+  if (decoded->empty())
+    return Status::Corruption(name + ": cannot decode " + what +
+                              " (damaged, truncated or not an image)");
+  return Status::OK();
+}
+
+// OpenCV path: PNG, BMP, WebP, TIFF (and whatever else imdecode knows).
+Status DecodeWithOpenCv(const uint8_t* data, size_t size, const std::string& name,
+                        const DecodeOptions& options, ImageU8* out) {
+  cv::Mat decoded;
+  KILN_RETURN_IF_ERROR(ImdecodeUnchanged(data, size, name, "image", &decoded));
   KILN_RETURN_IF_ERROR(CheckPixels(decoded.cols, decoded.rows, options, name));
   const int src_channels = decoded.channels();
   if (src_channels < 1 || src_channels > 4) {
@@ -263,14 +274,8 @@ Status CheckDecoders() {
 
 Status DecodeMask(const uint8_t* data, size_t size, const std::string& name, int64_t max_pixels,
                   ImageU8* out) {
-  const internal::OpenCvCodecs* codecs = nullptr;
-  KILN_RETURN_IF_ERROR(internal::LoadOpenCvCodecs("to decode " + name, &codecs));
-  std::string error;
-  const cv::Mat buffer(1, static_cast<int>(size), CV_8UC1, const_cast<uint8_t*>(data));
-  const cv::Mat decoded = codecs->imdecode(buffer, cv::IMREAD_UNCHANGED, &error);
-  if (!error.empty()) return Status::Corruption(name + ": cannot decode mask: " + error);
-  if (decoded.empty())
-    return Status::Corruption(name + ": cannot decode mask (damaged, truncated or not an image)");
+  cv::Mat decoded;
+  KILN_RETURN_IF_ERROR(ImdecodeUnchanged(data, size, name, "mask", &decoded));
   if (decoded.channels() != 1 || decoded.depth() != CV_8U)
     return Status::InvalidArgument(
         name +
