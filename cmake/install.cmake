@@ -8,7 +8,7 @@
 # COMPONENTS).
 #
 # The libraries are static, so their PRIVATE dependencies (LMDB, xxHash,
-# TBB, nlohmann_json; OpenCV and TurboJPEG for kiln::ingest) are part of the
+# TBB, nlohmann_json, libjpeg; OpenCV and TurboJPEG for kiln::ingest) are part of the
 # link interface: the config finds them again the way this file's project did.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)

@@ -19,7 +19,7 @@ namespace {
 struct BuildArgs {
   ingest::BuildOptions o;
   int num_parts = 0, part = -1;  // 0 / -1: not given
-  std::string size, dtype, norm, mean, std, shard_size = "4G", progress = "auto";
+  std::string size, dtype, norm, mean, std, shard_size = "4G", progress = "auto", encode;
 };
 
 Status ParseList(const std::string& text, std::vector<double>* out) {
@@ -92,6 +92,21 @@ int RunBuild(BuildArgs& a) {
     o.dtype = d;
   }
   if (s.ok()) s = ResolveParts(a, &o);
+  if (s.ok() && !a.encode.empty() && a.encode != "none") {
+    // jpeg, jpeg:Q, auto, auto:Q
+    const size_t colon = a.encode.find(':');
+    o.encode = a.encode.substr(0, colon);
+    if (colon != std::string::npos) {
+      char* end = nullptr;
+      const long q = std::strtol(a.encode.c_str() + colon + 1, &end, 10);
+      o.encode_quality = *end == 0 && colon + 1 < a.encode.size() ? static_cast<int>(q) : -1;
+    }
+    if ((o.encode != "jpeg" && o.encode != "auto") || o.encode_quality < 1 ||
+        o.encode_quality > 100)
+      s = Status::InvalidArgument("--encode '" + a.encode +
+                                  "' (expected jpeg, jpeg:QUALITY, auto, auto:QUALITY or none; "
+                                  "QUALITY 1..100, default 90)");
+  }
   if (s.ok() && !a.size.empty() &&
       std::sscanf(a.size.c_str(), "%dx%d", &o.size_w, &o.size_h) != 2)
     s = Status::InvalidArgument("--size '" + a.size + "' (expected WxH, e.g. 64x64)");
@@ -176,6 +191,11 @@ KILN_COMMAND(Command{
       sub->add_option("--shorter-side", o.shorter_side,
                       "store each image whole, its shorter side resized to S (torchvision "
                       "Resize(S); a format 2 cache, for CenterCrop at load time)");
+      sub->add_option("--encode", a->encode,
+                      "with --max-side/--shorter-side: store each image as a JPEG (jpeg[:QUALITY], "
+                      "default 90; a source JPEG that needs no resize is kept as its own bytes), "
+                      "or auto[:QUALITY] (raw pixels where the JPEG would not halve the bytes); "
+                      "decoded at load time");
       sub->add_option("--masks", o.masks,
                       "segmentation masks: DIR holds a single-channel PNG (class indices) at each "
                       "image's relative path, extension .png; resized with nearest neighbour on "

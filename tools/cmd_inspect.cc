@@ -180,6 +180,8 @@ int RunInspect(const std::string& dir, bool as_json) {
         for (int i = 0; i < fs.ndim; ++i) std::cout << (i ? "x" : " ") << fs.max_dims[i];
         std::cout << ")";
       }
+      if (fs.codec != Codec::kRaw)
+        std::cout << "  stored as " << CodecName(fs.codec) << " (decoded at load time)";
       if (static_cast<int>(f) == m.image_field) std::cout << "  [image: what loaders batch]";
       if (static_cast<int>(f) == m.label_field) std::cout << "  [label]";
       std::cout << "\n";

@@ -24,6 +24,7 @@ esac
 
 pkgs=(build-essential cmake ninja-build pkg-config
       liblmdb-dev libxxhash-dev nlohmann-json3-dev libcli11-dev libtbb-dev catch2
+      libjpeg62-turbo-dev                          # JPEG record fields (libjpeg API)
       libopencv-dev libturbojpeg0-dev
       python3-dev pybind11-dev python3-pybind11    # the Python module kiln
       python3-matplotlib)                          # kiln plot

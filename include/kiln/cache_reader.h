@@ -33,9 +33,10 @@ struct ReaderOptions {
 // One field of a record as stored.
 struct FieldView {
   const uint8_t* data = nullptr;
-  uint64_t bytes = 0;
+  uint64_t bytes = 0;  // the payload's length (a JPEG's, when encoded)
   DType dtype = DType::kUint8;
-  Shape shape;  // ndim 0 for a scalar
+  Shape shape;  // ndim 0 for a scalar; an encoded image's decoded C x H x W
+  Codec codec = Codec::kRaw;  // kJpeg: `data` is a JPEG (DecodeField decodes it)
 };
 
 // One record as stored. `data` points into the memory map and stays valid
@@ -47,6 +48,7 @@ struct RecordView {
   uint64_t bytes = 0;
   DType dtype = DType::kUint8;
   Shape shape;
+  Codec codec = Codec::kRaw;  // the image field's: kJpeg when `data` is a JPEG
   int64_t label = -1;     // the label field's value; -1 without one
   uint64_t checksum = 0;  // as stored
   // Every field, in the manifest's order (format 1: "image", the payload,
@@ -123,8 +125,13 @@ class CacheReader {
   const Manifest& manifest() const { return manifest_; }
   const std::string& dir() const { return dir_; }
   uint64_t size() const { return manifest_.count; }
-  // The bytes of a record's image field (0 when its size varies).
-  uint64_t record_bytes() const { return manifest_.shape.NumElements() * DTypeSize(manifest_.dtype); }
+  // The bytes of a record's image field (0 when its size varies, or when
+  // it may be encoded).
+  uint64_t record_bytes() const {
+    return manifest_.fields.empty() || manifest_.fields[manifest_.image_field].codec == Codec::kRaw
+               ? manifest_.shape.NumElements() * DTypeSize(manifest_.dtype)
+               : 0;
+  }
   // What ReadTxn::Read's `header` buffer must hold: a record's bytes other
   // than its image payload (kRecordHeaderSize for format 1).
   uint64_t read_header_bytes() const { return read_header_bytes_; }
@@ -159,6 +166,14 @@ class CacheReader {
   uint64_t read_header_bytes_ = kRecordHeaderSize;
   std::vector<std::unique_ptr<ShardEnv>> envs_;
 };
+
+// The pixels of a stored image field as a C x H x W uint8 tensor (or, for
+// a raw field, its bytes) into `out` (replaced): a JPEG decoded whole, at
+// scale 1, checked against the entry's shape. Corruption naming `what`
+// (e.g. "DIR: record 7, field 'image'") for a JPEG that does not decode or
+// whose size or channels differ from the entry's. Allocates a decoder per
+// call: for one record at a time (export, the Python Cache, verify).
+Status DecodeField(const FieldView& v, const std::string& what, std::vector<uint8_t>* out);
 
 }  // namespace kiln
 

@@ -106,6 +106,17 @@ class CacheWriter {
   std::unique_ptr<Impl> impl_;
 };
 
+// A JPEG for field `spec` (codec jpeg, uint8 C x H x W): checks that the
+// `size` bytes at `jpeg` decode whole, with the field's channels (a
+// grayscale JPEG for C 1, YCbCr or RGB for C 3) and fixed sizes, and sets
+// *shape to its C x H x W. InvalidArgument saying what does not fit.
+Status CheckJpegForField(const FieldSpec& spec, const uint8_t* jpeg, size_t size, Shape* shape);
+// The uint8 C x H x W image `chw` (C 1 or 3) as a JPEG of `quality` (1..100,
+// 4:2:0 chroma) into *out: what kiln build --encode and kiln.Writer store.
+Status EncodeJpegCHW(const uint8_t* chw, const Shape& shape, int quality, std::vector<uint8_t>* out);
+// The quality kiln.Writer encodes arrays given for a JPEG field with.
+inline constexpr int kDefaultJpegQuality = 90;
+
 // Removes DIR/manifest.json, if there, so that DIR no longer looks like a
 // complete cache. REQUIRES: DIR's lock is held.
 Status RemoveManifest(const std::string& dir);

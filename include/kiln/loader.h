@@ -99,6 +99,11 @@ struct LoaderOptions {
   // slots are sized for it. 0 = crop.
   uint32_t max_crop = 0;
   bool verify_checksums = false;  // recompute each record's checksum while loading
+  // A cache of JPEG images (a field of codec jpeg): decode a box that is at
+  // least twice its output size at a DCT scale of 1/2, 1/4 or 1/8 (faster;
+  // within docs/format.md's stated error of Pillow's decode + resize).
+  // false: always at scale 1, equal to Pillow's.
+  bool dct_scaling = true;
   // Bytes of upcoming records requested from the disk but not yet copied,
   // at most; 0 = no read-ahead.
   uint64_t readahead_bytes = kAutoReadAhead;

@@ -36,12 +36,17 @@ struct FieldSpec {
   // The largest size each dim took over the cache's records (= dims for a
   // fixed dim); written when the cache is finished.
   std::array<uint32_t, kMaxDims> max_dims{};
+  // kJpeg: a record's payload of this field may be a JPEG (its entry's
+  // codec; a record may also store it raw, as --encode auto does). The
+  // manifest's "codec", absent for raw. Such a field is uint8 C x H x W.
+  Codec codec = Codec::kRaw;
   static constexpr int64_t kVariableDim = -1;
   bool fixed() const;             // no variable dim
   Shape FixedShape() const;       // REQUIRES: fixed()
   std::string ShapeText() const;  // "3x?x?", "()" for a scalar
-  // Whether a record's field of `dtype` and `shape` is one of this field's.
-  bool Admits(DType dtype, const Shape& shape) const;
+  // Whether a record's field of `dtype` and `shape` (stored as `codec`) is
+  // one of this field's.
+  bool Admits(DType dtype, const Shape& shape, Codec codec = Codec::kRaw) const;
 };
 
 struct Manifest {

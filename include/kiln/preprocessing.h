@@ -53,6 +53,10 @@ struct SourceRecipe {
   uint64_t unreadable = 0;
 };
 
+// --encode auto keeps a record's JPEG when it takes at most this share of
+// the raw pixels' bytes (it saves at least half), else stores the pixels.
+inline constexpr double kEncodeAutoShare = 0.5;
+
 struct Preprocessing {
   // True when every field below was recorded (kiln build's recipe).
   bool complete = false;
@@ -71,6 +75,13 @@ struct Preprocessing {
   // write as before.
   bool whole = false;
   int max_side = 0;
+  // Whole images stored encoded (kiln build --encode): "jpeg" (every
+  // record a JPEG of quality `encode_quality`, a source JPEG that needs no
+  // resize kept as its own bytes) or "auto" (the same where the JPEG is at
+  // most kEncodeAutoShare of the raw pixels' bytes, raw pixels elsewhere);
+  // "" = raw. Recorded only when set ("encode", "encode_quality").
+  std::string encode;
+  int encode_quality = 0;
   // Segmentation masks (kiln build --masks DIR): the absolute directory
   // whose PNGs, at the images' relative paths, became each record's "mask"
   // field; "" = none. Recorded only when set.

@@ -81,12 +81,18 @@ inline constexpr int kFormatVersion = 1;
 //   field entry (at 32 + 32 x field):
 //        0    1 dtype          DType code
 //        1    1 ndim           0..kMaxDims (0: a scalar, one element)
-//        2    6 reserved       must be zero
+//        2    1 codec          Codec: 0 raw, 1 JPEG (see below)
+//        3    1 reserved       must be zero
+//        4    4 encoded_bytes  u32: an encoded payload's length; 0 when raw
 //        8   16 shape[4]       u32 each up to ndim (0 allowed: an empty
 //                              field), 0 past it; at most 2^40 elements
 //       24    8 offset         u64 from the value's start; 16-aligned
 //
-// Field payloads are C-contiguous, little-endian.
+// Raw field payloads are C-contiguous, little-endian, prod(shape) x
+// DTypeSize bytes. An encoded payload (codec 1, JPEG) is encoded_bytes
+// (>= 1) of one baseline or progressive JFIF image; the entry's dtype is
+// uint8 and its shape the decoded image's C x H x W (C 1: a grayscale
+// JPEG, C 3: decoded to RGB), which the JPEG's own header must match.
 inline constexpr uint16_t kRecordVersion2 = 2;
 inline constexpr size_t kRecordV2HeaderSize = 32;
 inline constexpr size_t kFieldEntrySize = 32;
@@ -95,6 +101,14 @@ inline constexpr size_t kChecksumOffsetV2 = 8;
 inline constexpr int kMaxFields = 16;
 // The manifest format_version of a cache of version 2 records.
 inline constexpr int kFormatVersion2 = 2;
+
+// How a version 2 field's payload is stored.
+enum class Codec : uint8_t {
+  kRaw = 0,   // the tensor's bytes
+  kJpeg = 1,  // a JPEG of a uint8 C x H x W image (C 1 or 3)
+};
+// "raw", "jpeg".
+const char* CodecName(Codec codec);
 
 // Element types. Version 1 records use 1..3 only; version 2 fields any.
 enum class DType : uint8_t {
@@ -139,7 +153,10 @@ struct FieldEntry {
   DType dtype = DType::kUint8;
   Shape shape;
   uint64_t offset = 0;  // from the value's start
-  uint64_t bytes = 0;   // FieldElements(shape) x DTypeSize(dtype)
+  // The payload's length: FieldElements(shape) x DTypeSize(dtype) raw, the
+  // encoded length otherwise.
+  uint64_t bytes = 0;
+  Codec codec = Codec::kRaw;
 };
 
 // The decoded header of one record, of either version.
@@ -164,9 +181,19 @@ struct RecordHeader {
 // One field's contents for EncodeRecordV2.
 struct FieldData {
   DType dtype = DType::kUint8;
-  Shape shape;                 // ndim 0 for a scalar
-  const void* data = nullptr;  // FieldElements(shape) x DTypeSize(dtype) bytes
+  Shape shape;                 // ndim 0 for a scalar; an encoded image's C x H x W
+  const void* data = nullptr;  // FieldPayloadBytes bytes
+  Codec codec = Codec::kRaw;
+  uint64_t encoded_bytes = 0;  // an encoded payload's length (codec not raw)
 };
+
+// The payload bytes of `f`: FieldElements x DTypeSize raw, else encoded_bytes.
+uint64_t FieldPayloadBytes(const FieldData& f);
+// Whether an encoded field's entry is well formed: uint8, C x H x W with C 1
+// or 3 and H, W >= 1, 1 <= encoded_bytes < 2^32. Returns InvalidArgument
+// (or, for a stored record, the caller makes it Corruption) saying what is
+// wrong; OK for raw fields.
+Status CheckEncodedField(Codec codec, DType dtype, const Shape& shape, uint64_t encoded_bytes);
 
 // Writes the big-endian key of `index` into `key` (kKeySize bytes).
 void EncodeKey(uint64_t index, uint8_t* key);

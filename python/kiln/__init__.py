@@ -125,13 +125,13 @@ class Cache:
 
     @property
     def fields(self):
-        return collections.OrderedDict((name, Field(dtype, tuple(shape)))
-                                       for name, dtype, shape, _ in self._native.fields)
+        return collections.OrderedDict((name, Field(dtype, tuple(shape), codec))
+                                       for name, dtype, shape, _, codec in self._native.fields)
 
     @property
     def max_shapes(self):
         """The largest size each field's dims took over the records (name -> tuple)."""
-        return {name: tuple(m) for name, _, _, m in self._native.fields}
+        return {name: tuple(m) for name, _, _, m, _ in self._native.fields}
 
     @property
     def torch_dtype(self):

@@ -104,7 +104,11 @@ class Loader:
     (ring size, default workers + 2, + 2 more with pin_memory or a CUDA
     device); `readahead` ("auto": up to 256 MB of upcoming records asked
     of the disk ahead of the workers when the cache is not in memory, less
-    when memory is short; 0: off; or bytes).
+    when memory is short; 0: off; or bytes); `dct_scaling` (a cache of JPEG
+    records, ``kiln build --encode jpeg``: a crop box at least twice the
+    output size is decoded at 1/2, 1/4 or 1/8 scale, faster and within
+    docs/format.md's stated error; False: always at full scale, equal to
+    Pillow's decode + torchvision's crop and resize).
 
     Iterating yields ``(x, y)``: x a tensor (batch, C, H, W) of the cache's
     dtype, y int64 labels (numpy arrays when torch is missing). With
@@ -160,7 +164,7 @@ class Loader:
                  drop_last=False, workers=2, crop=None, flip=False, epoch=0, start_batch=0,
                  copy=False, pin_memory=False, random_crop=None, verify=False, slots=None,
                  device=None, dtype=None, channels_last=False, readahead="auto",
-                 max_resolution=None):
+                 max_resolution=None, dct_scaling=True):
         self.cache = path if isinstance(path, Cache) else Cache(path)
         cache = self.cache
         if verify:
@@ -210,6 +214,7 @@ class Loader:
         o.random_flip = bool(flip)
         o.verify_checksums = bool(verify)
         o.readahead_bytes = _readahead_bytes(readahead)
+        o.dct_scaling = bool(dct_scaling)
         if o.batch_size <= 0:
             raise ValueError("kiln.Loader: batch_size must be > 0, not %r" % (batch_size,))
         pin = bool(pin_memory) or (self._device is not None and self._device.type == "cuda")

@@ -27,14 +27,21 @@ from . import _kiln
 #: A field's declaration: its dtype name ("uint8", "float16", "float32",
 #: "int32", "int64") and its shape, a tuple whose entries are sizes or None
 #: for a size that varies from record to record (``()`` for a scalar).
-Field = collections.namedtuple("Field", ["dtype", "shape"])
+#: ``codec="jpeg"``: a uint8 (C, H, W) image (C 1 or 3) stored as a JPEG and
+#: decoded by the loader's workers; each sample gives the JPEG's bytes
+#: (stored as they are, once checked to decode) or a uint8 (C, H, W) array
+#: (encoded at quality 90).
+Field = collections.namedtuple("Field", ["dtype", "shape", "codec"], defaults=(None,))
 
 
 def _field_tuples(fields):
     out = []
     for name, f in fields.items():
-        dtype, shape = (f.dtype, f.shape) if isinstance(f, Field) else f
-        out.append((str(name), str(dtype), tuple(shape)))
+        if isinstance(f, Field):
+            dtype, shape, codec = f
+        else:
+            dtype, shape, codec = (tuple(f) + (None,))[:3]
+        out.append((str(name), str(dtype), tuple(shape), codec))
     return out
 
 

@@ -73,7 +73,8 @@ Status CacheReader::Open(const std::string& dir, const ReaderOptions& options,
     std::vector<Shape> shapes(m.fields.size());
     std::vector<FieldData> fields(m.fields.size());
     for (size_t f = 0; f < m.fields.size(); ++f) {
-      fixed = fixed && m.fields[f].fixed();
+      // An encoded field's length varies whatever its shape.
+      fixed = fixed && m.fields[f].fixed() && m.fields[f].codec == Codec::kRaw;
       if (!fixed) break;
       fields[f] = {m.fields[f].dtype, m.fields[f].FixedShape(), nullptr};
     }
@@ -234,11 +235,12 @@ Status ReadTxn::Check(uint64_t index, const uint8_t* header, size_t head_len, co
   out->num_fields = h.num_fields;
   for (int f = 0; f < h.num_fields; ++f) {
     const FieldEntry& e = h.fields[f];
-    out->fields[f] = {at(e.offset), e.bytes, e.dtype, e.shape};
+    out->fields[f] = {at(e.offset), e.bytes, e.dtype, e.shape, e.codec};
   }
   const int image = h.version == kRecordVersion2 ? m.image_field : 0;
   out->index = index;
   out->data = out->fields[image].data;
+  out->codec = out->fields[image].codec;
   out->bytes = h.payload_bytes;
   out->dtype = h.dtype;
   out->shape = h.shape;

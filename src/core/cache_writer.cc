@@ -231,7 +231,7 @@ class CacheWriter::Impl {
                                      "cannot resume");
     for (int f = 0; f < h.num_fields; ++f) {
       const FieldEntry& e = h.fields[f];
-      if (!opt_.fields[f].Admits(e.dtype, e.shape))
+      if (!opt_.fields[f].Admits(e.dtype, e.shape, e.codec))
         return Status::InvalidArgument(
             path + ": record " + std::to_string(idx) + ", field '" + opt_.fields[f].name + "' is " +
             DTypeName(e.dtype) + " " + e.shape.ToString() + ", this writer declares " +

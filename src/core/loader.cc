@@ -65,6 +65,8 @@ Status Loader::Impl::Init() {
       writers_.push_back(std::make_unique<internal::SampleWriter>(
           static_cast<int>(out_shape_.dims[0]), out_dtype_, mean, std));
       writers_.back()->Reserve(max_h, max_w, max_out);
+      if (image.codec != Codec::kRaw)
+        decoders_.push_back(std::make_unique<internal::EncodedImageReader>());
     }
   }
   // A whole epoch (one that starts after no samples: StartEpoch's skip).
@@ -360,6 +362,20 @@ Status Loader::Impl::CopySample(const RecordView& v, uint64_t idx, uint8_t* dst,
     box[2] = plan.box.height;
     box[3] = plan.box.width;
     box[4] = plan.flip ? 1 : 0;
+  }
+  if (!writers_.empty() && v.codec != Codec::kRaw) {
+    // Only the box, decoded at the scale it allows, then written as a
+    // stored image would be.
+    internal::EncodedImageReader& d = *decoders_[worker];
+    internal::SamplePlan p = plan;
+    KILN_RETURN_IF_ERROR(d.Decode({v.data, v.bytes, v.dtype, v.shape, v.codec}, opt_.dct_scaling,
+                                  reader_->dir() + ": record " + std::to_string(idx) +
+                                      ": its image",
+                                  &p));
+    writers_[worker]->Write(d.planes(), d.height(), d.width(), p,
+                            static_cast<int>(out_shape_.dims[1]),
+                            static_cast<int>(out_shape_.dims[2]), dst);
+    return Status::OK();
   }
   if (!writers_.empty()) {
     writers_[worker]->Write(v.data, h, w, plan, static_cast<int>(out_shape_.dims[1]),

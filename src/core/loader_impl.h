@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/encoded_image.h"
 #include "core/loader_output.h"
 #include "core/page_cache.h"
 #include "core/sample_transform.h"
@@ -145,6 +146,8 @@ class Loader::Impl {
   uint32_t crop_ = 0, max_crop_ = 0;  // the output size now, and the largest the slots take
   // Per worker, when samples are resampled or converted.
   std::vector<std::unique_ptr<internal::SampleWriter>> writers_;
+  // Per worker, for a cache of JPEG images: what decodes a sample's box.
+  std::vector<std::unique_ptr<internal::EncodedImageReader>> decoders_;
   // The other fields, when the slots take them, and per worker their writer.
   std::vector<LoaderField> fields_;
   std::vector<internal::FieldWriter> field_writers_;

@@ -21,7 +21,8 @@ FieldSpec ImageSpec(const Manifest& m) {
 // Whether samples go through a SampleWriter (resampled or converted)
 // rather than the window copy.
 bool UsesWriter(const Manifest& m, const LoaderOptions& o) {
-  return o.crop_kind != CropKind::kWindow || (o.output_dtype && *o.output_dtype != m.dtype);
+  return o.crop_kind != CropKind::kWindow || (o.output_dtype && *o.output_dtype != m.dtype) ||
+         ImageSpec(m).codec != Codec::kRaw;  // a JPEG is decoded into planes, then written
 }
 
 // The output shape for a crop of `crop` (the checks of LoaderOutputShape).

@@ -50,8 +50,8 @@ std::string FieldSpec::ShapeText() const {
   return t;
 }
 
-bool FieldSpec::Admits(DType d, const Shape& s) const {
-  if (d != dtype || s.ndim != ndim) return false;
+bool FieldSpec::Admits(DType d, const Shape& s, Codec c) const {
+  if (d != dtype || s.ndim != ndim || (c != Codec::kRaw && c != codec)) return false;
   for (int i = 0; i < ndim; ++i)
     if (dims[i] != kVariableDim && static_cast<int64_t>(s.dims[i]) != dims[i]) return false;
   return true;
@@ -83,10 +83,16 @@ Status ResolveRecord(const Manifest& m, uint64_t index, const uint8_t* head, siz
   for (int f = 0; f < h->num_fields; ++f) {
     const FieldEntry& e = h->fields[f];
     const FieldSpec& spec = m.fields[f];
-    if (!spec.Admits(e.dtype, e.shape))
+    if (!spec.Admits(e.dtype, e.shape, e.codec))
       return Status::Corruption(name() + ", field '" + spec.name + "' is " + DTypeName(e.dtype) +
-                                " " + e.shape.ToString() + ", the manifest says " +
-                                DTypeName(spec.dtype) + " " + spec.ShapeText());
+                                " " + e.shape.ToString() +
+                                (e.codec != Codec::kRaw ? std::string(" ") + CodecName(e.codec)
+                                                        : std::string()) +
+                                ", the manifest says " + DTypeName(spec.dtype) + " " +
+                                spec.ShapeText() +
+                                (spec.codec != Codec::kRaw
+                                     ? std::string(" ") + CodecName(spec.codec)
+                                     : std::string()));
   }
   const FieldEntry& image = h->fields[m.image_field];
   h->dtype = image.dtype;
@@ -197,11 +203,21 @@ Status CheckFieldsFit(const std::vector<FieldSpec>& specs, uint64_t index, const
       if (bounded) elements *= d.shape.dims[i];
       if (within_max) bounded = bounded && d.shape.dims[i] <= spec.max_dims[i];
     }
-    if (!bounded || !spec.Admits(d.dtype, d.shape))
+    if (!bounded || !spec.Admits(d.dtype, d.shape, d.codec))
       return Status::InvalidArgument(
           "record " + std::to_string(index) + ", field '" + spec.name + "': " + DTypeName(d.dtype) +
-          " " + d.shape.ToString() + " does not fit its declaration " + DTypeName(spec.dtype) +
-          " " + spec.ShapeText() + (within_max ? " within the sizes the cache records" : ""));
+          " " + d.shape.ToString() +
+          (d.codec != Codec::kRaw ? std::string(" ") + CodecName(d.codec) : std::string()) +
+          " does not fit its declaration " + DTypeName(spec.dtype) + " " + spec.ShapeText() +
+          (spec.codec != Codec::kRaw ? std::string(" ") + CodecName(spec.codec) : std::string()) +
+          (within_max ? " within the sizes the cache records" : ""));
+    if (d.codec != Codec::kRaw) {
+      const Status s = CheckEncodedField(d.codec, d.dtype, d.shape, d.encoded_bytes);
+      if (!s.ok())
+        return Status::InvalidArgument("record " + std::to_string(index) + ", field '" +
+                                       spec.name + "': " + s.message());
+      elements = d.encoded_bytes;
+    }
     if (d.data == nullptr && elements > 0)
       return Status::InvalidArgument("record " + std::to_string(index) + ", field '" + spec.name +
                                      "': no data");
@@ -261,6 +277,12 @@ Status CheckFieldSpecs(const std::vector<FieldSpec>& fields, const std::string& 
                                        spec.ShapeText());
       elements *= static_cast<uint64_t>(d);
     }
+    if (spec.codec != Codec::kRaw &&
+        (spec.dtype != DType::kUint8 || spec.ndim != 3 || (spec.dims[0] != 1 && spec.dims[0] != 3)))
+      return Status::InvalidArgument(where + ": field '" + spec.name + "' is " +
+                                     CodecName(spec.codec) + ": it must be uint8 of 1 or 3 x H x W" +
+                                     " (channels fixed), not " + DTypeName(spec.dtype) + " " +
+                                     spec.ShapeText());
     if (spec.name == "image") *image_field = static_cast<int>(f);
     if (!label_field.empty() && spec.name == label_field) *label_index = static_cast<int>(f);
   }
@@ -311,6 +333,15 @@ Status FieldsFromJson(const json& j, const std::string& where, Manifest* m) {
         KILN_RETURN_IF_ERROR(JsonInteger(
             max_shape[i], where, at + ".max_shape[" + std::to_string(i) + "]", &spec.max_dims[i]));
     }
+    if (jf.contains("codec")) {
+      const std::string codec = jf.at("codec").get<std::string>();
+      if (codec == CodecName(Codec::kJpeg)) {
+        spec.codec = Codec::kJpeg;
+      } else if (codec != CodecName(Codec::kRaw)) {
+        return Status::Corruption(where + ": " + at + ".codec '" + codec +
+                                  "' is unknown (this kiln reads \"jpeg\"; a newer kiln wrote it?)");
+      }
+    }
     m->fields.push_back(spec);
   }
   const std::string label = j.value("label_field", std::string());
@@ -337,10 +368,12 @@ std::string ManifestToJson(const Manifest& m) {
         shape.push_back(f.dims[i] == FieldSpec::kVariableDim ? json(nullptr) : json(f.dims[i]));
         max_shape.push_back(f.max_dims[i]);
       }
-      fields.push_back({{"name", f.name},
-                        {"dtype", DTypeName(f.dtype)},
-                        {"shape", shape},
-                        {"max_shape", max_shape}});
+      json jf = {{"name", f.name},
+                 {"dtype", DTypeName(f.dtype)},
+                 {"shape", shape},
+                 {"max_shape", max_shape}};
+      if (f.codec != Codec::kRaw) jf["codec"] = CodecName(f.codec);
+      fields.push_back(jf);
     }
     j["fields"] = fields;
     if (m.label_field >= 0) j["label_field"] = m.fields[m.label_field].name;

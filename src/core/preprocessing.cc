@@ -22,7 +22,9 @@ constexpr const char* kRecipeKeys[] = {
     "shuffle_seed", "val_fraction", "split", "stats_sample", "libraries"};
 // Known but optional: "part" (a part's own record).
 bool IsKnownKey(const std::string& k) {
-  if (k == "part" || k == "whole" || k == "max_side" || k == "masks") return true;
+  if (k == "part" || k == "whole" || k == "max_side" || k == "masks" || k == "encode" ||
+      k == "encode_quality")
+    return true;
   for (const char* r : kRecipeKeys)
     if (k == r) return true;
   return false;
@@ -47,6 +49,10 @@ json ToJsonValue(const Preprocessing& p) {
   j["size"] = {p.size_w, p.size_h};
   if (p.whole) j["whole"] = true;
   if (p.max_side > 0) j["max_side"] = p.max_side;
+  if (!p.encode.empty()) {
+    j["encode"] = p.encode;
+    j["encode_quality"] = p.encode_quality;
+  }
   if (!p.masks.empty()) j["masks"] = p.masks;
   j["interpolation"] = p.interpolation;
   j["channels"] = p.channels;
@@ -135,6 +141,11 @@ Status Preprocessing::FromJson(const std::string& text, const std::string& where
     get("whole", &p.whole);
     KILN_RETURN_IF_ERROR(integer("max_side", &p.max_side, 0, kMaxInt));
     get("masks", &p.masks);
+    get("encode", &p.encode);
+    if (!p.encode.empty() && p.encode != "jpeg" && p.encode != "auto")
+      return Status::Corruption(where + ": encode '" + p.encode +
+                                "' is unknown (this kiln writes \"jpeg\" and \"auto\")");
+    KILN_RETURN_IF_ERROR(integer("encode_quality", &p.encode_quality, 0, 100));
     get("interpolation", &p.interpolation);
     KILN_RETURN_IF_ERROR(integer("channels", &p.channels, 1, 3));
     if (j.contains("dtype")) {
@@ -193,8 +204,8 @@ std::string RecipeChanges(const Preprocessing& from, const Preprocessing& to) {
 std::vector<std::string> TensorRecipeDifferences(const Preprocessing& a, const Preprocessing& b) {
   const json pa = ToJsonValue(a), pb = ToJsonValue(b);
   std::vector<std::string> out;
-  for (const char* key : {"channels", "resize", "crop", "size", "whole", "max_side",
-                          "interpolation", "normalized", "mean", "std"}) {
+  for (const char* key : {"channels", "resize", "crop", "size", "whole", "max_side", "encode",
+                          "encode_quality", "interpolation", "normalized", "mean", "std"}) {
     const json va = pa.contains(key) ? pa[key] : json();
     const json vb = pb.contains(key) ? pb[key] : json();
     if (va != vb)

@@ -59,6 +59,36 @@ const char* DTypeName(DType dtype) {
 
 bool IsValidDType(uint8_t code) { return code >= 1 && code <= 5; }
 
+const char* CodecName(Codec codec) {
+  switch (codec) {
+    case Codec::kRaw:
+      return "raw";
+    case Codec::kJpeg:
+      return "jpeg";
+  }
+  return "unknown";
+}
+
+uint64_t FieldPayloadBytes(const FieldData& f) {
+  return f.codec == Codec::kRaw ? FieldElements(f.shape) * DTypeSize(f.dtype) : f.encoded_bytes;
+}
+
+Status CheckEncodedField(Codec codec, DType dtype, const Shape& shape, uint64_t encoded_bytes) {
+  if (codec == Codec::kRaw) return Status::OK();
+  if (codec != Codec::kJpeg)
+    return Status::InvalidArgument("unknown codec code " +
+                                   std::to_string(static_cast<int>(codec)));
+  if (dtype != DType::kUint8)
+    return Status::InvalidArgument(std::string("a JPEG field is uint8, not ") + DTypeName(dtype));
+  if (shape.ndim != 3 || (shape.dims[0] != 1 && shape.dims[0] != 3) || shape.dims[1] < 1 ||
+      shape.dims[2] < 1)
+    return Status::InvalidArgument("a JPEG field is 1 or 3 x H x W, not " + shape.ToString());
+  if (encoded_bytes < 1 || encoded_bytes > 0xffffffffu)
+    return Status::InvalidArgument("a JPEG of " + std::to_string(encoded_bytes) +
+                                   " bytes (1 byte to 4 GiB)");
+  return Status::OK();
+}
+
 bool IsPixelDType(DType d) {
   return d == DType::kUint8 || d == DType::kFloat16 || d == DType::kFloat32;
 }
@@ -177,8 +207,14 @@ Status DecodeRecordV2(uint64_t index, const uint8_t* v, size_t size, RecordHeade
     if (ndim > kMaxDims)
       return Status::Corruption(field() + ": ndim " + std::to_string(ndim) + " above " +
                                 std::to_string(kMaxDims));
-    for (int i = 2; i < 8; ++i)
-      if (e[i] != 0) return Status::Corruption(field() + ": reserved entry bytes not zero");
+    if (e[3] != 0) return Status::Corruption(field() + ": reserved entry bytes not zero");
+    if (e[2] > static_cast<uint8_t>(Codec::kJpeg))
+      return Status::Corruption(field() + ": unknown codec code " + std::to_string(e[2]) +
+                                " (written by a newer kiln?)");
+    fe.codec = static_cast<Codec>(e[2]);
+    const uint32_t encoded = GetU32(e + 4);
+    if (fe.codec == Codec::kRaw && encoded != 0)
+      return Status::Corruption(field() + ": reserved entry bytes not zero");
     fe.shape.ndim = ndim;
     uint64_t elements = 1;
     for (int i = 0; i < kMaxDims; ++i) {
@@ -193,7 +229,11 @@ Status DecodeRecordV2(uint64_t index, const uint8_t* v, size_t size, RecordHeade
       }
       fe.shape.dims[i] = i < ndim ? d : 0;
     }
-    fe.bytes = elements * DTypeSize(fe.dtype);
+    if (fe.codec != Codec::kRaw) {
+      const Status s = CheckEncodedField(fe.codec, fe.dtype, fe.shape, encoded);
+      if (!s.ok()) return Status::Corruption(field() + ": " + s.message());
+    }
+    fe.bytes = fe.codec == Codec::kRaw ? elements * DTypeSize(fe.dtype) : encoded;
     fe.offset = GetU64(e + 24);
     if (fe.offset != AlignField(end))
       return Status::Corruption(field() + ": payload offset " + std::to_string(fe.offset) +
@@ -221,7 +261,7 @@ Status DecodeRecordV2(uint64_t index, const uint8_t* v, size_t size, RecordHeade
 uint64_t RecordV2Size(const FieldData* fields, int n) {
   uint64_t end = RecordV2TableEnd(n);
   for (int f = 0; f < n; ++f)
-    end = AlignField(end) + FieldElements(fields[f].shape) * DTypeSize(fields[f].dtype);
+    end = AlignField(end) + FieldPayloadBytes(fields[f]);
   return end;
 }
 
@@ -236,12 +276,14 @@ void EncodeRecordV2(uint64_t index, const FieldData* fields, int n, uint8_t* v) 
     const FieldData& fd = fields[f];
     e[0] = static_cast<uint8_t>(fd.dtype);
     e[1] = static_cast<uint8_t>(fd.shape.ndim);
+    e[2] = static_cast<uint8_t>(fd.codec);
+    if (fd.codec != Codec::kRaw) PutU32(e + 4, static_cast<uint32_t>(fd.encoded_bytes));
     for (int i = 0; i < kMaxDims; ++i)
       PutU32(e + 8 + 4 * i, i < fd.shape.ndim ? fd.shape.dims[i] : 0);
     const uint64_t offset = AlignField(end);
     PutU64(e + 24, offset);
     std::memset(v + end, 0, offset - end);
-    const uint64_t bytes = FieldElements(fd.shape) * DTypeSize(fd.dtype);
+    const uint64_t bytes = FieldPayloadBytes(fd);
     if (bytes > 0) std::memcpy(v + offset, fd.data, bytes);
     end = offset + bytes;
   }

@@ -198,9 +198,13 @@ void SampleWriter::Write(const uint8_t* src, int h, int w, const SamplePlan& pla
         planes + static_cast<size_t>(vy0 - plan.y0) * ow + (plan.flip ? ow - col - width : col);
     const size_t w_bytes = static_cast<size_t>(w);
     pixels::ResamplePlanes(src + static_cast<size_t>(b.top) * w_bytes + b.left, w_bytes,
-                                    w_bytes * h, channels, b.width, b.height, b.width, b.height,
+                                    w_bytes * h, channels, b.width, b.height,
+                                    plan.source_w > 0 ? plan.source_w : b.width,
+                                    plan.source_h > 0 ? plan.source_h : b.height,
                                     plan.resized_w, plan.resized_h, vx0, vy0, width, vy1 - vy0,
-                                    plan.flip, at, ow, plane, &scratch_);
+                                    plan.flip, at, ow, plane, &scratch_,
+                                    plan.source_w > 0 ? plan.source_x0 : 0.0,
+                                    plan.source_w > 0 ? plan.source_y0 : 0.0);
   }
   if (out_ == DType::kUint8) return;
   for (int c = 0; c < channels; ++c) {

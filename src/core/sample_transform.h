@@ -34,6 +34,10 @@ struct SamplePlan {
   // resized_w x resized_h, of which the size x size window at (x0, y0) is
   // kept (negative: zero padding before the image).
   CropBox source;
+  // When source_w > 0: the box is [source_x0, source_x0 + source_w) x
+  // [source_y0, source_y0 + source_h) of the pixels `source` holds
+  // (fractional: a box of a JPEG decoded at a DCT scale, encoded_image.h).
+  double source_x0 = 0, source_y0 = 0, source_w = 0, source_h = 0;
   int resized_w = 0, resized_h = 0;
   int x0 = 0, y0 = 0;
 };

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "core/encoded_image.h"
 #include "core/file.h"
 #include "core/lmdb_check.h"
 #include "core/lmdb_env.h"
@@ -326,6 +327,25 @@ class Verifier {
     }
     for (int f = 0; f < h.num_fields; ++f) {
       const FieldEntry& e = h.fields[f];
+      if (e.codec != Codec::kRaw) {
+        // The checksum proves the bytes are those written; decoding proves
+        // they were a JPEG of the entry's image (each thread its decoder).
+        thread_local internal::Decoder decoder;
+        thread_local internal::JpegRegion region;
+        const Status st = decoder.Decode(
+            s.value + e.offset, e.bytes, static_cast<int>(e.shape.dims[2]),
+            static_cast<int>(e.shape.dims[1]), static_cast<int>(e.shape.dims[0]), 1, 0, 0, 0, 0,
+            &region);
+        if (!st.ok()) {
+          Problem(Kind::kRecord, static_cast<int64_t>(s.index), info.file,
+                  "field '" +
+                      (f < static_cast<int>(m_.fields.size()) ? m_.fields[f].name
+                                                              : std::to_string(f)) +
+                      "': " + st.message());
+          break;
+        }
+        continue;
+      }
       if (HasNonFinite(e.dtype, s.value + e.offset, e.bytes)) {
         Problem(Kind::kRecord, static_cast<int64_t>(s.index), info.file,
                 h.version == kRecordVersion

@@ -92,23 +92,30 @@ Status RecordToImage(const Manifest& m, const RecordView& record, ImageU8* out) 
   out->scale_num = out->scale_denom = 1;
   out->pixels.resize(static_cast<size_t>(w) * h * c);
   const size_t plane = static_cast<size_t>(w) * h;
+  const uint8_t* data = record.data;
+  std::vector<uint8_t> decoded;  // a JPEG record's pixels, CHW
+  if (record.codec != Codec::kRaw) {
+    KILN_RETURN_IF_ERROR(DecodeField({record.data, record.bytes, record.dtype, shape, record.codec},
+                                     "record " + std::to_string(record.index), &decoded));
+    data = decoded.data();
+  }
   for (int ch = 0; ch < c; ++ch) {
     for (size_t p = 0; p < plane; ++p) {
       const size_t e = ch * plane + p;  // CHW element
       uint8_t v = 0;
       switch (record.dtype) {
         case DType::kUint8:
-          v = record.data[e];
+          v = data[e];
           break;
         case DType::kFloat16: {
           uint16_t bits;
-          std::memcpy(&bits, record.data + 2 * e, 2);
+          std::memcpy(&bits, data + 2 * e, 2);
           v = ToPixel(HalfBitsToFloat(bits), mean[ch], std[ch]);
           break;
         }
         case DType::kFloat32: {
           float x;
-          std::memcpy(&x, record.data + 4 * e, 4);
+          std::memcpy(&x, data + 4 * e, 4);
           v = ToPixel(x, mean[ch], std[ch]);
           break;
         }

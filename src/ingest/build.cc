@@ -71,6 +71,20 @@ Status CheckOptions(const BuildOptions& o) {
           "--max-side must be larger than --shorter-side (as "
           "torchvision's Resize(size, max_size) requires)");
   }
+  if (!o.encode.empty()) {
+    if (o.encode != "jpeg" && o.encode != "auto")
+      return Status::InvalidArgument("--encode " + o.encode + ": expected jpeg or auto");
+    if (o.encode_quality < 1 || o.encode_quality > 100)
+      return Status::InvalidArgument("--encode: JPEG quality " + std::to_string(o.encode_quality) +
+                                     " outside 1..100");
+    if (o.max_side == 0 && o.shorter_side == 0)
+      return Status::InvalidArgument(
+          "--encode stores whole images: give --max-side N and/or --shorter-side S (a cache of "
+          "JPEGs is cropped and resized at load time)");
+    if (o.dtype && *o.dtype != DType::kUint8)
+      return Status::InvalidArgument(std::string("--encode stores uint8 pixels as JPEG, not ") +
+                                     DTypeName(*o.dtype) + ": drop --dtype (or give uint8)");
+  }
   if (!o.masks.empty() && !fs::is_directory(o.masks))
     return Status::InvalidArgument("--masks " + o.masks +
                                    ": not a directory (of PNG masks at the images' relative "
@@ -187,6 +201,8 @@ class Builder {
     r.crop = opt_.crop;
     r.whole = opt_.max_side > 0 || opt_.shorter_side > 0;
     r.max_side = opt_.max_side;
+    r.encode = opt_.encode;
+    r.encode_quality = opt_.encode.empty() ? 0 : opt_.encode_quality;
     if (!opt_.masks.empty()) {
       const std::string masks = fs::absolute(opt_.masks).lexically_normal().string();
       r.masks = EscapeName(masks);

@@ -91,7 +91,8 @@ Status Reindex(Part* p, uint64_t first, const std::string& tmp) {
     if (v2) {
       FieldData fields[kMaxFields];
       for (int f = 0; f < v.num_fields; ++f)
-        fields[f] = {v.fields[f].dtype, v.fields[f].shape, v.fields[f].data};
+        fields[f] = {v.fields[f].dtype, v.fields[f].shape, v.fields[f].data, v.fields[f].codec,
+                     v.fields[f].codec == Codec::kRaw ? 0 : v.fields[f].bytes};
       KILN_RETURN_IF_ERROR(writer->AppendFields(first + i, fields, v.num_fields));
     } else {
       KILN_RETURN_IF_ERROR(writer->Append(first + i, v.label, v.data));

@@ -20,6 +20,7 @@ struct Chunk {
   // Whole images (record_bytes 0): each record's payload and shape.
   std::vector<std::vector<uint8_t>> whole;
   std::vector<Shape> shapes;
+  std::vector<Codec> codecs;  // how each whole image is stored (--encode)
   // Masks (--masks): each record's mask and its shape.
   std::vector<std::vector<uint8_t>> masks;
   std::vector<Shape> mask_shapes;
@@ -63,6 +64,7 @@ class ChunkPool {
       if (record_bytes_ == 0) {
         c->whole.resize(kChunk);
         c->shapes.resize(kChunk);
+        c->codecs.resize(kChunk);
       }
       c->masks.resize(kChunk);
       c->mask_shapes.resize(kChunk);
@@ -133,7 +135,7 @@ Status RunPipeline(const PipelineJob& job, CacheWriter* writer, RejectLog* rejec
       }
       const size_t j = k - c->begin;
       s = pre.whole() ? pre.TryProcessWhole(src.root, src.items[order[k]], &scratch, &c->whole[j],
-                                            &c->shapes[j])
+                                            &c->shapes[j], &c->codecs[j])
                       : pre.TryProcess(src.root, src.items[order[k]], &scratch,
                                        c->payload.data() + j * record_bytes);
       if (s.ok() && pre.masks())
@@ -152,7 +154,9 @@ Status RunPipeline(const PipelineJob& job, CacheWriter* writer, RejectLog* rejec
         const size_t j = k - c->begin;
         if (job.fields) {
           const FieldData image =
-              pre.whole() ? FieldData{pre.recipe_dtype(), c->shapes[j], c->whole[j].data()}
+              pre.whole()
+                  ? FieldData{pre.recipe_dtype(), c->shapes[j], c->whole[j].data(), c->codecs[j],
+                              c->codecs[j] == Codec::kRaw ? 0 : c->whole[j].size()}
                           : FieldData{pre.recipe_dtype(), pre.shape(),
                                       c->payload.data() + j * record_bytes};
           FieldData fields[kMaxBuildFields];
@@ -223,9 +227,10 @@ int BuildRecordFields(const SourceList& src, const Preprocessor& pre, const Sour
 
 Status RemakeRecord(const SourceList& src, const Preprocessor& pre, const SourceItem& item,
                     Preprocessor::Scratch* scratch, RemadeRecord* out) {
+  Codec codec = Codec::kRaw;
   if (pre.whole()) {
     KILN_RETURN_IF_ERROR(
-        pre.TryProcessWhole(src.root, item, scratch, &out->image, &out->image_shape));
+        pre.TryProcessWhole(src.root, item, scratch, &out->image, &out->image_shape, &codec));
   } else {
     out->image.resize(pre.record_bytes());
     out->image_shape = pre.shape();
@@ -234,7 +239,9 @@ Status RemakeRecord(const SourceList& src, const Preprocessor& pre, const Source
   if (pre.masks())
     KILN_RETURN_IF_ERROR(pre.TryProcessMask(item, scratch, &out->mask, &out->mask_shape));
   out->num_fields =
-      BuildRecordFields(src, pre, item, {pre.recipe_dtype(), out->image_shape, out->image.data()},
+      BuildRecordFields(src, pre, item,
+                        {pre.recipe_dtype(), out->image_shape, out->image.data(), codec,
+                         codec == Codec::kRaw ? 0 : out->image.size()},
                         {DType::kUint8, out->mask_shape, out->mask.data()}, out->fields);
   return Status::OK();
 }
@@ -249,6 +256,7 @@ std::vector<FieldSpec> BuildFieldSpecs(const SourceList& src, const Preprocessor
   image.name = "image";
   image.dtype = pre.recipe_dtype();
   image.ndim = 3;
+  image.codec = pre.codec();
   image.dims[0] = pre.shape().dims[0];
   for (int i = 1; i < 3; ++i)
     image.dims[i] = pre.whole() ? FieldSpec::kVariableDim : int64_t{pre.shape().dims[i]};

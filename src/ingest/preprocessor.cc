@@ -9,6 +9,7 @@
 #include <new>
 
 #include "core/file.h"
+#include "core/jpeg_codec.h"
 #include "sources_tsv.h"
 
 namespace kiln::ingest {
@@ -100,15 +101,42 @@ Status Preprocessor::TryProcess(const std::string& root, const SourceItem& item,
 }
 
 Status Preprocessor::TryProcessWhole(const std::string& root, const SourceItem& item,
-                                     Scratch* scratch, std::vector<uint8_t>* dst,
-                                     Shape* shape) const {
+                                     Scratch* scratch, std::vector<uint8_t>* dst, Shape* shape,
+                                     Codec* codec) const {
   return Guarded([&] {
     KILN_RETURN_IF_ERROR(Resize(root, item, scratch));
     const image::ImageU8& r = scratch->resized;
     shape->ndim = 3;
     shape->dims = {static_cast<uint32_t>(r.channels), static_cast<uint32_t>(r.height),
                    static_cast<uint32_t>(r.width), 0};
-    dst->resize(shape->NumElements() * DTypeSize(recipe_.dtype));
+    if (codec != nullptr) *codec = Codec::kRaw;
+    const uint64_t raw_bytes = shape->NumElements() * DTypeSize(recipe_.dtype);
+    if (!recipe_.encode.empty() && codec != nullptr) {
+      // The source's own bytes where they are the record's image as it is:
+      // a JPEG of the records' channels that needed no resize (the decode
+      // above proved it whole). Else the pixels encoded.
+      const std::vector<uint8_t>& src = scratch->bytes;
+      const image::ImageU8& d = scratch->decoded;
+      const int sw = d.source_width > 0 ? d.source_width : d.width;
+      const int sh = d.source_height > 0 ? d.source_height : d.height;
+      internal::JpegInfo info;
+      const bool passthrough =
+          internal::IsJpeg(src.data(), src.size()) && r.width == sw && r.height == sh &&
+          internal::ReadJpegInfo(src.data(), src.size(), &info).ok() &&
+          info.components == r.channels;
+      if (passthrough) {
+        dst->assign(src.begin(), src.end());
+      } else {
+        KILN_RETURN_IF_ERROR(internal::EncodeJpeg(r.pixels.data(), r.width, r.height, r.channels,
+                                                  recipe_.encode_quality, dst));
+      }
+      if (recipe_.encode == "jpeg" ||
+          static_cast<double>(dst->size()) <= kEncodeAutoShare * static_cast<double>(raw_bytes)) {
+        *codec = Codec::kJpeg;
+        return Status::OK();
+      }
+    }
+    dst->resize(raw_bytes);
     return image::ToCHW(r, recipe_.dtype, mean_.data(), std_.data(), dst->data());
   });
 }

@@ -65,9 +65,15 @@ class Preprocessor {
                     void* dst) const;
   // For whole images: Resize, then the payload (CHW, dtype, normalized) into
   // *dst, resized to fit, and its shape (C x H x W) into *shape; exceptions
-  // from below as TryProcess turns them.
+  // from below as TryProcess turns them. With the recipe's `encode` and a
+  // `codec`: *dst may instead hold the image as a JPEG - the source file's
+  // own bytes where it is a JPEG of the records' channels that needed no
+  // resize, else the pixels encoded - and *codec says which (kRaw where
+  // "auto" kept the pixels).
   Status TryProcessWhole(const std::string& root, const SourceItem& item, Scratch* scratch,
-                         std::vector<uint8_t>* dst, Shape* shape) const;
+                         std::vector<uint8_t>* dst, Shape* shape, Codec* codec = nullptr) const;
+  // The codec the image field may be stored in (kJpeg with --encode).
+  Codec codec() const { return recipe_.encode.empty() ? Codec::kRaw : Codec::kJpeg; }
 
   // Whether records carry a mask (the recipe's `masks`, kiln build --masks).
   bool masks() const { return !recipe_.masks.empty(); }

@@ -42,8 +42,9 @@ static std::string FirstFieldDifference(const Manifest& m, const RecordView& v,
     if (f >= made.num_fields) return m.fields[f].name;
     const FieldView& have = v.fields[f];
     const FieldData& want = made.fields[f];
-    const uint64_t bytes = FieldElements(want.shape) * DTypeSize(want.dtype);
-    if (have.dtype != want.dtype || have.shape != want.shape || have.bytes != bytes ||
+    const uint64_t bytes = FieldPayloadBytes(want);
+    if (have.dtype != want.dtype || have.shape != want.shape || have.codec != want.codec ||
+        have.bytes != bytes ||
         (bytes > 0 && std::memcmp(have.data, want.data, bytes) != 0))
       return m.fields[f].name;
   }

@@ -228,28 +228,29 @@ void VerticalPass(const uint8_t* mid, size_t mid_stride, int row_begin, const Ax
 void Resample(const uint8_t* in, size_t in_stride, size_t in_plane, int planes, int in_w, int in_h,
               int channels, double box_w, double box_h, int out_w, int out_h, int x0, int y0,
               int region_w, int region_h, bool flip, uint8_t* dst, size_t dst_stride,
-              size_t dst_plane, ResampleScratch* scratch) {
+              size_t dst_plane, ResampleScratch* scratch, double box_x0 = 0,
+              double box_y0 = 0) {
   if (region_w <= 0 || region_h <= 0) return;
   ResampleScratch local;
   ResampleScratch& ws = scratch != nullptr ? *scratch : local;
   // A mirrored region takes the horizontal pass even at scale 1: its taps
   // are then the identity (one weight of 1.0), in reverse order.
-  const bool need_horizontal = flip || out_w != in_w || box_w != in_w;
-  const bool need_vertical = out_h != in_h || box_h != in_h;
+  const bool need_horizontal = flip || out_w != in_w || box_w != in_w || box_x0 != 0;
+  const bool need_vertical = out_h != in_h || box_h != in_h || box_y0 != 0;
   const size_t row_bytes = static_cast<size_t>(region_w) * channels;
 
   // Rows of the input the vertical pass reads.
   AxisTaps& vtaps = ws.vertical;
   int row_begin = y0, row_end = y0 + region_h;
   if (need_vertical) {
-    ComputeAxisTaps(in_h, 0.0, box_h, out_h, y0, y0 + region_h, &vtaps);
+    ComputeAxisTaps(in_h, box_y0, box_y0 + box_h, out_h, y0, y0 + region_h, &vtaps);
     row_begin = vtaps.first.front();
     row_end = vtaps.first.back() + vtaps.count.back();
   }
   AxisTaps& htaps = ws.horizontal;
   HorizontalPlan hplan;
   if (need_horizontal) {
-    ComputeAxisTaps(in_w, 0.0, box_w, out_w, x0, x0 + region_w, &htaps);
+    ComputeAxisTaps(in_w, box_x0, box_x0 + box_w, out_w, x0, x0 + region_w, &htaps);
     if (flip) MirrorTaps(&htaps);
     hplan = PlanHorizontal(htaps, region_w, channels, &ws);
   }
@@ -324,9 +325,9 @@ void ResampleRegion(const uint8_t* in, int in_w, int in_h, int channels, double 
 void ResamplePlanes(const uint8_t* in, size_t in_stride, size_t in_plane, int planes, int in_w,
                     int in_h, double box_w, double box_h, int out_w, int out_h, int x0, int y0,
                     int region_w, int region_h, bool flip, uint8_t* dst, size_t dst_stride,
-                    size_t dst_plane, ResampleScratch* scratch) {
+                    size_t dst_plane, ResampleScratch* scratch, double box_x0, double box_y0) {
   Resample(in, in_stride, in_plane, planes, in_w, in_h, 1, box_w, box_h, out_w, out_h, x0, y0,
-           region_w, region_h, flip, dst, dst_stride, dst_plane, scratch);
+           region_w, region_h, flip, dst, dst_stride, dst_plane, scratch, box_x0, box_y0);
 }
 
 bool PillowVerticalFirst(int in_w, int in_h, int out_w, int out_h) {

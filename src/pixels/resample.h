@@ -75,11 +75,14 @@ void ResampleRegion(const uint8_t* in, int in_w, int in_h, int channels, double 
 // dst + p * dst_plane (rows dst_stride apart). With `flip` the region is
 // written mirrored along x (its column j holds column region_w - 1 - j).
 // Each plane gets exactly ResampleRegion's bytes for one channel (PIL
-// resamples every channel alike), computed with the taps made once.
+// resamples every channel alike), computed with the taps made once. A box
+// may start at a fractional (box_x0, box_y0) of `in` (Pillow's resize with
+// box=): it is then [box_x0, box_x0 + box_w) x [box_y0, box_y0 + box_h).
 void ResamplePlanes(const uint8_t* in, size_t in_stride, size_t in_plane, int planes, int in_w,
                     int in_h, double box_w, double box_h, int out_w, int out_h, int x0, int y0,
                     int region_w, int region_h, bool flip, uint8_t* dst, size_t dst_stride,
-                    size_t dst_plane, ResampleScratch* scratch = nullptr);
+                    size_t dst_plane, ResampleScratch* scratch = nullptr, double box_x0 = 0,
+                    double box_y0 = 0);
 
 // Whether Pillow 13 (and kiln) resamples an in_w x in_h image to
 // out_w x out_h with the vertical pass first: when the height shrinks by

@@ -117,11 +117,21 @@ py::dict PyCache::Get(int64_t index, bool verify) {
       std::vector<py::ssize_t> dims(fv.shape.dims.begin(), fv.shape.dims.begin() + fv.shape.ndim);
       arrays.emplace_back(py::dtype(NumpyDType(fv.dtype)), dims);
     }
+    std::vector<uint8_t> decoded;  // a JPEG field's pixels
     read = GuardedRead(
         [&] {
-          for (int f = 0; f < v.num_fields; ++f)
-            if (v.fields[f].bytes > 0)
-              std::memcpy(arrays[f].mutable_data(), v.fields[f].data, v.fields[f].bytes);
+          for (int f = 0; f < v.num_fields && s.ok(); ++f) {
+            const FieldView& fv = v.fields[f];
+            if (fv.codec != Codec::kRaw) {
+              s = DecodeField(fv,
+                              reader_->dir() + ": record " + std::to_string(index) + ", field '" +
+                                  m.fields[f].name + "'",
+                              &decoded);
+              if (s.ok()) std::memcpy(arrays[f].mutable_data(), decoded.data(), decoded.size());
+            } else if (fv.bytes > 0) {
+              std::memcpy(arrays[f].mutable_data(), fv.data, fv.bytes);
+            }
+          }
         },
         &fault);
   }

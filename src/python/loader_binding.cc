@@ -337,6 +337,7 @@ void BindLoader(py::module_& m) {
       .def_readwrite("random_flip", &LoaderOptions::random_flip)
       .def_readwrite("verify_checksums", &LoaderOptions::verify_checksums)
       .def_readwrite("readahead_bytes", &LoaderOptions::readahead_bytes)
+      .def_readwrite("dct_scaling", &LoaderOptions::dct_scaling)
       .def_readwrite("resize", &LoaderOptions::resize)
       .def_readwrite("max_crop", &LoaderOptions::max_crop)
       .def_property(

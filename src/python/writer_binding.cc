@@ -27,9 +27,18 @@ std::vector<FieldSpec> ParseFields(const py::list& fields) {
   std::vector<FieldSpec> out;
   for (const py::handle& item : fields) {
     const py::tuple t = py::reinterpret_borrow<py::tuple>(item);
-    if (t.size() != 3) throw std::invalid_argument("kiln.Writer: a field is (name, dtype, shape)");
+    if (t.size() != 3 && t.size() != 4)
+      throw std::invalid_argument("kiln.Writer: a field is (name, dtype, shape[, codec])");
     FieldSpec spec;
     spec.name = t[0].cast<std::string>();
+    if (t.size() == 4 && !t[3].is_none()) {
+      const std::string codec = t[3].cast<std::string>();
+      if (codec == CodecName(Codec::kJpeg))
+        spec.codec = Codec::kJpeg;
+      else if (codec != CodecName(Codec::kRaw))
+        throw std::invalid_argument("kiln.Writer: field '" + spec.name + "': codec '" + codec +
+                                    "' (expected 'jpeg', or None for raw)");
+    }
     Check(ParseDType(t[1].cast<std::string>(), &spec.dtype)
               .WithContext("kiln.Writer: field '" + spec.name + "'"));
     const py::tuple shape = py::reinterpret_borrow<py::tuple>(t[2]);
@@ -94,6 +103,7 @@ class PyWriter {
         if (!(s > 0)) throw std::invalid_argument("kiln.Writer: std must be positive");
     }
     fields_ = o.fields;
+    encoded_.resize(fields_.size());
     label_index_ = label;
     meta_.classes = std::move(classes);
     // What the manifest records of who wrote the cache and from what: the
@@ -137,6 +147,40 @@ class PyWriter {
       if (!sample.contains(spec.name.c_str()))
         throw std::invalid_argument(where(spec.name) + ": missing from the sample");
       py::object value = sample[spec.name.c_str()];
+      if (spec.codec == Codec::kJpeg) {
+        // bytes-like: a JPEG, stored as it is (checked to decode, with the
+        // field's channels and sizes); an array: the C x H x W image, encoded.
+        std::vector<uint8_t>& jpeg = encoded_[f];
+        Shape shape;
+        Status st;
+        if (py::isinstance<py::bytes>(value) || py::isinstance<py::bytearray>(value) ||
+            py::isinstance<py::memoryview>(value)) {
+          const std::string b = py::isinstance<py::bytes>(value)
+                                    ? value.cast<std::string>()
+                                    : py::bytes(value).cast<std::string>();
+          jpeg.assign(b.begin(), b.end());
+          st = CheckJpegForField(spec, jpeg.data(), jpeg.size(), &shape);
+        } else {
+          if (py::hasattr(value, "detach") && py::hasattr(value, "cpu"))
+            value = value.attr("detach")().attr("cpu")();
+          py::array a = np.attr("ascontiguousarray")(value);
+          if (!SameNumpyType(a.dtype(), DType::kUint8) || a.ndim() != 3)
+            throw std::invalid_argument(where(spec.name) +
+                                        ": a JPEG field takes the JPEG's bytes, or a uint8 C x H "
+                                        "x W image to encode");
+          shape.ndim = 3;
+          for (int i = 0; i < 3; ++i) shape.dims[i] = static_cast<uint32_t>(a.shape(i));
+          if (!spec.Admits(DType::kUint8, shape, Codec::kJpeg))
+            throw std::invalid_argument(where(spec.name) + ": shape " +
+                                        py::str(a.attr("shape")).cast<std::string>() +
+                                        ", declared " + spec.ShapeText());
+          st = EncodeJpegCHW(static_cast<const uint8_t*>(a.data()), shape, kDefaultJpegQuality,
+                             &jpeg);
+        }
+        if (!st.ok()) throw std::invalid_argument(where(spec.name) + ": " + st.message());
+        data[f] = {DType::kUint8, shape, jpeg.data(), Codec::kJpeg, jpeg.size()};
+        continue;
+      }
       const bool number = py::isinstance<py::int_>(value) || py::isinstance<py::float_>(value) ||
                           py::isinstance<py::bool_>(value);
       py::array a;
@@ -212,6 +256,7 @@ class PyWriter {
   std::string path_;
   py::module_ numpy_ = py::module_::import("numpy");  // once, not per sample
   std::vector<FieldSpec> fields_;
+  std::vector<std::vector<uint8_t>> encoded_;  // per field: a JPEG field's bytes, for one Append
   int label_index_ = -1;  // the label field, or -1
   Manifest meta_;
   std::unique_ptr<CacheWriter> writer_;
@@ -228,7 +273,9 @@ py::list FieldsList(const Manifest& m) {
                                                         : py::object(py::int_(f.dims[i])));
       max_shape.append(f.max_dims[i]);
     }
-    out.append(py::make_tuple(f.name, DTypeName(f.dtype), py::tuple(shape), py::tuple(max_shape)));
+    out.append(py::make_tuple(f.name, DTypeName(f.dtype), py::tuple(shape), py::tuple(max_shape),
+                              f.codec == Codec::kRaw ? py::object(py::none())
+                                                     : py::object(py::str(CodecName(f.codec)))));
   }
   return out;
 }

@@ -121,6 +121,13 @@ struct BuildOptions {
   // both (max_side > shorter_side); they exclude crop and size.
   int max_side = 0;
   int shorter_side = 0;
+  // Whole images stored encoded (needs max_side or shorter_side, uint8):
+  // "jpeg" (each record a JPEG of `encode_quality`; a source JPEG that needs
+  // no resize and has the records' channels is stored as its own bytes),
+  // "auto" (the same, raw pixels where the JPEG would not save at least
+  // half: kEncodeAutoShare), "" = raw pixels.
+  std::string encode;
+  int encode_quality = 90;
   // Segmentation masks: a directory of single-channel 8-bit PNGs (class
   // indices) at each image's relative path with the extension .png, each
   // resized with nearest neighbour on its image's geometry and stored as the
