@@ -140,9 +140,11 @@ class Cache:
     def __len__(self):
         return self._native.count
 
-    def read(self, index, verify=False):
-        """Record `index` as ``{field name: numpy array}``; `verify` checks its checksum."""
-        return self._reader().get(int(index), bool(verify))
+    def read(self, index, verify=False, decode=True):
+        """Record `index` as ``{field name: numpy array}``; `verify` checks its checksum.
+        A JPEG field (``Field(..., codec="jpeg")``) is decoded to its uint8 (C, H, W)
+        image; with ``decode=False`` it comes as the stored JPEG's bytes (1-d uint8)."""
+        return self._reader().get(int(index), bool(verify), bool(decode))
 
     def __getitem__(self, index):
         return self.read(index)
@@ -251,7 +253,8 @@ def normalize(x, cache):
     CorruptionError, as kiln train refuses it."""
     if isinstance(cache, Loader):
         cache = cache.cache
-    view = (-1, 1, 1) if len(cache.shape) == 3 else (1,)
+    # The image field's declared dims (a cache of whole images has no one shape).
+    view = (-1, 1, 1) if len(cache.fields[cache.image_field].shape) == 3 else (1,)
     norm = _norm_tensors(cache, x.device, view)
     if norm is None:
         return x

@@ -113,8 +113,10 @@ Status Preprocessor::TryProcessWhole(const std::string& root, const SourceItem& 
     const uint64_t raw_bytes = shape->NumElements() * DTypeSize(recipe_.dtype);
     if (!recipe_.encode.empty() && codec != nullptr) {
       // The source's own bytes where they are the record's image as it is:
-      // a JPEG of the records' channels that needed no resize (the decode
-      // above proved it whole). Else the pixels encoded.
+      // a JPEG of the records' channels (or a grayscale one for RGB records,
+      // which the loader decodes to RGB as PIL's convert does) that needed
+      // no resize (the decode above proved it whole). Else the pixels
+      // encoded.
       const std::vector<uint8_t>& src = scratch->bytes;
       const image::ImageU8& d = scratch->decoded;
       const int sw = d.source_width > 0 ? d.source_width : d.width;
@@ -123,7 +125,7 @@ Status Preprocessor::TryProcessWhole(const std::string& root, const SourceItem& 
       const bool passthrough =
           internal::IsJpeg(src.data(), src.size()) && r.width == sw && r.height == sh &&
           internal::ReadJpegInfo(src.data(), src.size(), &info).ok() &&
-          info.components == r.channels;
+          (info.components == r.channels || (info.components == 1 && r.channels == 3));
       if (passthrough) {
         dst->assign(src.begin(), src.end());
       } else {

@@ -81,7 +81,8 @@ class PyCache {
   // Record `index` as {field name: a fresh numpy array} (a format 1
   // cache's "image" and "label"; a scalar field is a 0-d array). The copy
   // is needed: the view into the memory map dies with the transaction.
-  py::dict Get(int64_t index, bool verify);
+  // decode=false: an encoded field as its stored bytes (a 1-d uint8 array).
+  py::dict Get(int64_t index, bool verify, bool decode);
 
  private:
   pid_t pid_;

@@ -95,7 +95,7 @@ PyCache::~PyCache() {
   }
 }
 
-py::dict PyCache::Get(int64_t index, bool verify) {
+py::dict PyCache::Get(int64_t index, bool verify, bool decode) {
   CheckSameProcess(pid_, "this kiln.Cache");
   const int64_t n = static_cast<int64_t>(reader_->size());
   if (index < 0) index += n;
@@ -115,6 +115,8 @@ py::dict PyCache::Get(int64_t index, bool verify) {
     for (int f = 0; f < v.num_fields; ++f) {
       const FieldView& fv = v.fields[f];
       std::vector<py::ssize_t> dims(fv.shape.dims.begin(), fv.shape.dims.begin() + fv.shape.ndim);
+      // Without decode, an encoded field comes out as its stored bytes.
+      if (!decode && fv.codec != Codec::kRaw) dims = {static_cast<py::ssize_t>(fv.bytes)};
       arrays.emplace_back(py::dtype(NumpyDType(fv.dtype)), dims);
     }
     std::vector<uint8_t> decoded;  // a JPEG field's pixels
@@ -122,7 +124,7 @@ py::dict PyCache::Get(int64_t index, bool verify) {
         [&] {
           for (int f = 0; f < v.num_fields && s.ok(); ++f) {
             const FieldView& fv = v.fields[f];
-            if (fv.codec != Codec::kRaw) {
+            if (fv.codec != Codec::kRaw && decode) {
               s = DecodeField(fv,
                               reader_->dir() + ": record " + std::to_string(index) + ", field '" +
                                   m.fields[f].name + "'",
@@ -235,7 +237,8 @@ PYBIND11_MODULE(_kiln, m) {
           [](const PyCache& c) { return c.reader()->manifest().preprocessing.ToJson(); })
       .def_property_readonly(
           "manifest_json", [](const PyCache& c) { return ManifestToJson(c.reader()->manifest()); })
-      .def("get", &PyCache::Get, py::arg("index"), py::arg("verify") = false)
+      .def("get", &PyCache::Get, py::arg("index"), py::arg("verify") = false,
+           py::arg("decode") = true)
       .def_property_readonly("image_field",
                              [](const PyCache& c) {
                                const Manifest& m = c.reader()->manifest();
