@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "fuzz_check.h"
+#include "kiln/cache_reader.h"
 #include "kiln/record.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -29,10 +30,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (int f = 0; f < h.num_fields; ++f) {
       const kiln::FieldEntry& e = h.fields[f];
       KILN_FUZZ_CHECK(e.offset >= end && e.offset % kiln::kFieldAlign == 0);
-      KILN_FUZZ_CHECK(e.bytes == kiln::FieldElements(e.shape) * kiln::DTypeSize(e.dtype));
+      if (e.codec == kiln::Codec::kRaw)
+        KILN_FUZZ_CHECK(e.bytes == kiln::FieldElements(e.shape) * kiln::DTypeSize(e.dtype));
+      else
+        KILN_FUZZ_CHECK(kiln::CheckEncodedField(e.codec, e.dtype, e.shape, e.bytes).ok());
       KILN_FUZZ_CHECK(e.offset + e.bytes <= value.size());
       end = e.offset + e.bytes;
-      fields.push_back({e.dtype, e.shape, value.data() + e.offset});
+      fields.push_back({e.dtype, e.shape, value.data() + e.offset, e.codec,
+                        e.codec == kiln::Codec::kRaw ? 0 : e.bytes});
+      // An encoded payload decodes or is a named Corruption (small images
+      // only: the fuzzer's claimed sizes are not allocated beyond that).
+      if (e.codec != kiln::Codec::kRaw && e.shape.dims[1] <= 512 && e.shape.dims[2] <= 512) {
+        std::vector<uint8_t> pixels;
+        const kiln::Status s = kiln::DecodeField(
+            {value.data() + e.offset, e.bytes, e.dtype, e.shape, e.codec}, "fuzz", &pixels);
+        KILN_FUZZ_CHECK(s.ok() ? pixels.size() == e.shape.NumElements() : s.IsCorruption());
+      }
     }
     KILN_FUZZ_CHECK(end == value.size());
     if (kiln::VerifyRecordChecksum(index, value.data(), h).ok()) {

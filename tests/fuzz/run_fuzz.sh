@@ -15,7 +15,7 @@ runs=${1:-200000}
 shift || true
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] ||
-  targets=(record manifest byte_size escape shard source_list sources_tsv reject_log)
+  targets=(record manifest byte_size escape shard jpeg source_list sources_tsv reject_log)
 dir=build-fuzz
 jobs=${KILN_FUZZ_JOBS:-$(nproc)}
 cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \

@@ -217,9 +217,9 @@ def check_damaged_jpeg_is_named(tmp):
 def check_writer_jpeg_field(tmp):
     """kiln.Writer with Field("uint8", (3, None, None), "jpeg"): bytes are
     stored as given, a uint8 (3, H, W) array is encoded; both read back and
-    load; bytes that are not a decodable JPEG, a CMYK-free colour JPEG for
+    load; bytes that are not a decodable JPEG, a colour JPEG for
     a 1-channel field and a wrong size for a fixed field are refused, naming
-    the record and field."""
+    the record and field; write_dataset stores the bytes its workers give."""
     need_build()
     path = os.path.join(tmp, "w")
     photos = sorted(glob.glob(os.path.join(PHOTOS, "*.jpg")))
@@ -247,6 +247,20 @@ def check_writer_jpeg_field(tmp):
     assert tuple(xs[0].shape) == (2, 3, 32, 32)
     r = subprocess.run([KILN, "verify", path], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
+    # write_dataset takes the same field, from worker processes.
+    class Files:
+        def __len__(self):
+            return len(photos)
+
+        def __getitem__(self, i):
+            with open(photos[i], "rb") as f:
+                return {"image": f.read(), "label": i % 2}
+    wd = os.path.join(tmp, "wd")
+    kiln.write_dataset(Files(), wd, fields, workers=2, progress=False)
+    c = kiln.Cache(wd)
+    for i, p in enumerate(photos):
+        with open(p, "rb") as f:
+            assert c.read(i, decode=False)["image"].tobytes() == f.read(), p
     gray = kiln.Writer(os.path.join(tmp, "g"), {"image": kiln.Field("uint8", (1, None, None), "jpeg")})
     expect_raises(ValueError, lambda: gray.append({"image": first}), "colour JPEG")
     gray._native.abandon()
