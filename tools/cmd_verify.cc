@@ -69,6 +69,7 @@ int VerifyOne(const VerifyArgs& a, std::string* json_out = nullptr) {
       if (!p.source.empty()) std::cout << " (" << p.source << ")";
       std::cout << ": " << p.what << "\n";
     }
+    for (const std::string& n : r.notes) std::cout << "  NOTE: " << n << "\n";
     std::cout << (r.clean() ? "OK: the cache is intact\n"
                             : "FAILED: " + std::to_string(r.problems.size()) +
                                   " problem(s); rebuild the cache (kiln build --force)\n");

@@ -39,6 +39,10 @@ inline constexpr const char* kRejectsName = "rejects.tsv";
 inline constexpr const char* kDuplicatesTsvName = "duplicates.tsv";
 inline constexpr const char* kBuildStateName = "build.json";
 inline constexpr const char* kRejectLogName = "rejects.partial";
+// While an append runs (and after one is interrupted): the record count
+// the append started from, as {"count_before": N, "from": "..."}; the
+// shards after the manifest's are that append's.
+inline constexpr const char* kAppendMarkerName = "append.json";
 // Scratch directory of kiln merge for a part that needs new indices.
 inline constexpr const char* kMergeScratchPrefix = ".merge-";
 

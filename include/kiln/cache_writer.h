@@ -62,6 +62,18 @@ struct WriterOptions {
   std::vector<FieldSpec> fields;
   // The field of class indices ("" for none): an int64/int32 scalar field.
   std::string label_field;
+  // Append to the finished cache in DIR instead of writing a new one. Its
+  // manifest must declare the same fields and label field (format 2) or
+  // dtype and shape (format 1), and not be a part. Records continue after
+  // its last one in new shard files: no existing shard is opened for
+  // writing. The old manifest stays in place while the append runs (a
+  // reader opening DIR meanwhile sees the old records); Finish publishes
+  // the new one atomically with an `appends` entry. Shards beyond the
+  // manifest's, left by an interrupted append, are resumed like `resume`
+  // resumes (next_index() says where). `first_index` and `resume` are
+  // ignored.
+  bool append = false;
+  std::string append_from;  // the appends entry's "from": what was appended
 };
 
 class CacheWriter {
@@ -78,6 +90,9 @@ class CacheWriter {
 
   // The index the next Append must use (first_index for a new cache).
   uint64_t next_index() const;
+  // Appending: the record count of the cache before this append (0 when
+  // not appending).
+  uint64_t append_base() const;
 
   // Appends one record. REQUIRES: index == next_index(); payload holds
   // shape x dtype bytes. The payload is copied before Append returns.
@@ -97,7 +112,11 @@ class CacheWriter {
   // Commits and syncs every shard, then writes DIR/manifest.json from
   // `meta` (its classes and preprocessing_json are kept; count, shards,
   // dtype, shape and versions are filled in here). `meta` receives the
-  // manifest written. The writer cannot be used afterwards.
+  // manifest written. The writer cannot be used afterwards. Appending:
+  // `meta`'s classes must start with the cache's (empty keeps them; new
+  // names may follow), its recipe must be the cache's or empty (the
+  // cache's is kept); InvalidArgument saying what differs otherwise, with
+  // the old manifest left in place.
   Status Finish(Manifest* meta);
 
  private:

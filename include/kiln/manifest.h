@@ -49,6 +49,16 @@ struct FieldSpec {
   bool Admits(DType dtype, const Shape& shape, Codec codec = Codec::kRaw) const;
 };
 
+// One append to a finished cache (CacheWriter's `append`): the records
+// count_before .. count_after-1 were added, at `time` (UTC, ISO 8601), from
+// `from` (what the writer was told: a source tree, a dataset's name).
+struct AppendEntry {
+  uint64_t count_before = 0;
+  uint64_t count_after = 0;
+  std::string time;
+  std::string from;
+};
+
 struct Manifest {
   int format_version = kFormatVersion;
   std::string kiln_version;
@@ -85,6 +95,9 @@ struct Manifest {
   int part_index = -1;
   int part_count = 0;
   uint64_t first_index = 0;
+  // The appends that grew the cache, oldest first (empty for a cache
+  // written in one go); the manifest's "appends".
+  std::vector<AppendEntry> appends;
   bool is_part() const { return part_index >= 0; }
 
   // Returns the shard holding `index`, or -1. O(log shards).

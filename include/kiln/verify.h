@@ -68,6 +68,9 @@ struct VerifyReport {
   uint64_t shard_bytes = 0;      // size of all shard files
   double seconds = 0;
   std::vector<VerifyProblem> problems;
+  // What is not damage but worth saying: shard files after the manifest's
+  // (an append in progress, or an interrupted one, which readers ignore).
+  std::vector<std::string> notes;
   bool clean() const { return problems.empty(); }
 };
 

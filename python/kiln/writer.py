@@ -59,10 +59,22 @@ class Writer:
     the manifest keeps them under ``preprocessing``. ``shard_size`` is the
     record bytes per shard file. ``resume=True`` continues after the
     records already committed in `path` (``next_index`` says where).
+
+    ``mode="append"`` adds records to the finished cache at `path` instead:
+    ``fields`` (and ``label_field``) must be the cache's, the new records go
+    into new shard files after the old ones (no old shard is rewritten),
+    the cache's classes are kept (``classes`` may add names at the end) and
+    ``mean``/``std``, if given, must be the cache's. Until ``close()`` the
+    old manifest stays in place, so readers see the old records; ``close()``
+    publishes the new one atomically, with an entry in its ``appends``
+    (``dataset`` is its "from"). An append that was interrupted is resumed:
+    ``next_index`` says where (``append_base`` is the count before it).
     """
 
     def __init__(self, path, fields, classes=None, label_field=None, mean=None, std=None,
-                 recipe=None, dataset=None, shard_size=4 << 30, resume=False):
+                 recipe=None, dataset=None, shard_size=4 << 30, resume=False, mode="w"):
+        if mode not in ("w", "append"):
+            raise ValueError("kiln.Writer: mode is 'w' (a new cache) or 'append', not %r" % (mode,))
         self.path = os.fspath(path)
         source = {}
         if recipe is not None:
@@ -72,13 +84,19 @@ class Writer:
         self._native = _kiln.Writer(self.path, _field_tuples(fields), label_field,
                                     list(classes or []), list(mean or []), list(std or []),
                                     json.dumps(source, sort_keys=True), int(shard_size),
-                                    bool(resume))
+                                    bool(resume), mode == "append",
+                                    str(dataset) if dataset is not None else "kiln.Writer")
         self.manifest = None
 
     @property
     def next_index(self):
         """The index the next appended sample gets (records written so far)."""
         return self._native.next_index
+
+    @property
+    def append_base(self):
+        """Appending: the cache's record count before this append (else 0)."""
+        return self._native.append_base
 
     def append(self, sample):
         """Writes `sample` (a dict: field name -> numpy array, CPU torch tensor or
@@ -109,10 +127,13 @@ def _as_sample(item):
     raise TypeError("the dataset returned a %s, not a dict of fields" % type(item).__name__)
 
 
-def _load(dataset, index):
-    """dataset[index] in a worker: (index, sample) or (index, the error's text)."""
+def _load(dataset, index, convert=None, item=None):
+    """dataset[index] (or the iterated `item`) in a worker: (index, sample,
+    None) or (index, None, the error's text)."""
     try:
-        item = _as_sample(dataset[index])
+        item = _as_sample(dataset[index] if item is None else item)
+        if convert is not None:
+            item = convert(item)
         out = {}
         for k, v in item.items():  # CPU arrays travel back to the writer's process
             if hasattr(v, "detach") and hasattr(v, "cpu"):
@@ -197,7 +218,7 @@ class _Slots:
             self.cond.notify_all()
 
 
-def _worker(dataset, slots, conn, offset, step, end, parent):
+def _worker(dataset, convert, slots, conn, offset, step, end, parent):
     """A worker process: from the start index it receives on `conn`, the
     indices start + offset, + step, ... below `end` into `slots`, each
     announced on `conn`, in order, as (index, layout, pickled sample, error)
@@ -208,7 +229,7 @@ def _worker(dataset, slots, conn, offset, step, end, parent):
             return
     start = conn.recv()
     for index in range(start + offset, end, step):
-        index, sample, error = _load(dataset, index)
+        index, sample, error = _load(dataset, index, convert)
         layout = None
         if sample is not None:
             try:
@@ -259,10 +280,15 @@ def _worker_results(slots, workers, start, n):
 SKIPPED_NAME = "skipped.tsv"
 
 
-def _read_skipped(path):
+def _skipped_name(base):
+    """The skip log of a first write (base 0) or of the append after record base."""
+    return SKIPPED_NAME if base == 0 else "skipped-append-%d.tsv" % base
+
+
+def _read_skipped(path, name=SKIPPED_NAME):
     skipped = {}
     try:
-        with open(os.path.join(path, SKIPPED_NAME)) as f:
+        with open(os.path.join(path, name)) as f:
             next(f, None)  # header
             for line in f:
                 index, _, reason = line.rstrip("\n").partition("\t")
@@ -272,31 +298,66 @@ def _read_skipped(path):
     return skipped
 
 
-def write_dataset(dataset, path, fields, workers=0, strict=False, progress=True, resume=True,
-                  slot_bytes=16 << 20, **writer_args):
-    """Writes a map-style dataset (anything with ``__len__`` and
-    ``__getitem__`` returning a dict of fields, e.g. a torch ``Dataset``) into
-    a kiln cache at `path`, in index order, and returns the cache's manifest.
+def _iterated(dataset, start, convert):
+    """An iterable's items from position `start` on (those before are
+    consumed and dropped: they are the records already written), as
+    (position, sample, error); then a final (position, None, None) that
+    says how many items there were."""
+    position = -1
+    for position, item in enumerate(dataset):
+        if position >= start:
+            yield _load(None, position, convert, item)
+    yield max(position + 1, 0), None, None
 
-    ``workers`` > 0 runs ``__getitem__`` in that many worker processes (0: in
-    this process); the samples are written in index order, so the cache's
-    bytes are the same for any number of workers. Their arrays reach the
-    writer through shared memory, ``slot_bytes`` per sample in flight (4 per
-    worker; a larger sample travels pickled). A sample whose
-    ``__getitem__`` raises, or that does not fit `fields`, is skipped and
-    reported with its index and reason (on stderr and in ``PATH/skipped.tsv``);
-    with ``strict=True`` the first one raises instead. ``resume`` (default)
-    continues an interrupted run after its committed records, with the same
-    result as an uninterrupted one. Other keywords go to :class:`Writer`
-    (``classes``, ``label_field``, ``mean``, ``std``, ``recipe``,
-    ``shard_size``); ``dataset`` defaults to the dataset's class name.
+
+def write_dataset(dataset, path, fields, workers=0, strict=False, progress=True, resume=True,
+                  slot_bytes=16 << 20, append=False, **writer_args):
+    """Writes a dataset into a kiln cache at `path`, in its order, and returns
+    the cache's manifest.
+
+    The dataset is map-style (``__len__`` and ``__getitem__`` returning a
+    dict of fields: a torch ``Dataset``, a Hugging Face ``datasets.Dataset``,
+    a list of dicts) or an iterable (a torch ``IterableDataset``, a
+    generator, anything without ``__len__``; read in this process, in the
+    order it yields, so ``workers`` does not apply). PIL images in a sample
+    become the declared fields' uint8 (C, H, W) arrays (``kiln.sources``);
+    a ``datasets.Dataset`` gives its ``ClassLabel`` names as ``classes``
+    and, for a JPEG field, its JPEG files' own bytes.
+
+    ``workers`` > 0 runs a map-style ``__getitem__`` (and the PIL decode) in
+    that many worker processes (0: in this process); the samples are written
+    in index order, so the cache's bytes are the same for any number of
+    workers. Their arrays reach the writer through shared memory,
+    ``slot_bytes`` per sample in flight (4 per worker; a larger sample
+    travels pickled). A sample whose ``__getitem__`` raises, or that does
+    not fit `fields`, is skipped and reported with its index and reason (on
+    stderr and in ``PATH/skipped.tsv``); with ``strict=True`` the first one
+    raises instead. ``resume`` (default) continues an interrupted run after
+    its committed records, with the same result as an uninterrupted one.
+
+    ``append=True`` adds the dataset's samples after the records of the
+    finished cache at `path` (``kiln.Writer(mode="append")``: same fields,
+    new shards, the old manifest in place until the new one is published).
+    An interrupted append resumes like a first write; its skips are logged
+    in ``PATH/skipped-append-<count before>.tsv``. An append that finished
+    is finished: running it again appends the samples again.
+
+    Other keywords go to :class:`Writer` (``classes``, ``label_field``,
+    ``mean``, ``std``, ``recipe``, ``shard_size``); ``dataset`` defaults to
+    the dataset's class name.
     """
     import sys
     import time
-    n = len(dataset)
+    from . import sources
+    dataset = sources.adapt(dataset, fields, writer_args)
+    convert = sources.Converter(fields)
+    iterable = sources.is_iterable(dataset)
+    n = None if iterable else len(dataset)
+    if iterable:
+        workers = 0
     writer_args.setdefault("dataset", type(dataset).__name__)
-    os.makedirs(path, exist_ok=True)
-    skipped = _read_skipped(path) if resume else {}
+    if not append:
+        os.makedirs(path, exist_ok=True)
     # The workers are forked before the writer opens the cache: a child
     # forked later would share the cache's lock (and LMDB's files), and a
     # worker still dying after a kill would keep the next run out. They wait
@@ -309,7 +370,7 @@ def write_dataset(dataset, path, fields, workers=0, strict=False, progress=True,
         for w in range(workers):
             mine, theirs = ctx.Pipe()
             p = ctx.Process(target=_worker, daemon=True,
-                            args=(dataset, slots, theirs, w, workers, n, os.getpid()))
+                            args=(dataset, convert, slots, theirs, w, workers, n, os.getpid()))
             p.start()
             theirs.close()
             procs.append((p, mine))
@@ -322,25 +383,30 @@ def write_dataset(dataset, path, fields, workers=0, strict=False, progress=True,
             conn.close()
 
     try:
-        writer = Writer(path, fields, resume=resume, **writer_args)
+        writer = Writer(path, fields, resume=resume, mode="append" if append else "w",
+                        **writer_args)
     except BaseException:
         stop_workers()
         raise
+    base = writer.append_base
+    log_name = _skipped_name(base)
+    skipped = _read_skipped(path, log_name) if resume else {}
     # The dataset position after the committed records: records are the
     # indices not skipped, in order (a skip is logged before any later
     # record is written, so the log covers every committed record's past).
+    written = writer.next_index - base
     start, records = 0, 0
-    while records < writer.next_index and start < n:
+    while records < written and (n is None or start < n):
         if start not in skipped:
             records += 1
         start += 1
-    if records != writer.next_index:
+    if records != written:
         writer._native.abandon()
         stop_workers()
         raise ValueError("%s holds %d records but the dataset has only %d samples left after "
                          "%d skipped: it was written from another dataset; remove it"
-                         % (path, writer.next_index, records, len(skipped)))
-    log_path = os.path.join(path, SKIPPED_NAME)
+                         % (path, written, records, len(skipped)))
+    log_path = os.path.join(path, log_name)
     log = open(log_path, "w")
     log.write("index\treason\n")
     for index in sorted(i for i in skipped if i < start):
@@ -355,16 +421,25 @@ def write_dataset(dataset, path, fields, workers=0, strict=False, progress=True,
         log.flush()
         os.fsync(log.fileno())
 
-    t0, last = time.monotonic(), 0.0
+    t0, last, done = time.monotonic(), 0.0, start
     try:
         if procs:
             slots.begin(start)
             for _, conn in procs:
                 conn.send(start)
             results = _worker_results(slots, procs, start, n)
+        elif iterable:
+            results = _iterated(dataset, start, convert)
         else:
-            results = (_load(dataset, i) for i in range(start, n))
-        for done, (index, sample, error) in enumerate(results, start + 1):
+            results = (_load(dataset, i, convert) for i in range(start, n))
+        for index, sample, error in results:
+            if iterable and sample is None and error is None:
+                if index < start:  # the iterable ended before the written records
+                    raise ValueError("%s holds %d records but the iterable yielded only %d "
+                                     "samples: it was written from another dataset; remove it"
+                                     % (path, written, index))
+                break
+            done = index + 1
             if error is not None:
                 skip(index, error)
             else:
@@ -376,8 +451,11 @@ def write_dataset(dataset, path, fields, workers=0, strict=False, progress=True,
             if progress and (now - last > 1.0 or done == n):
                 last = now
                 rate = (done - start) / max(now - t0, 1e-9)
-                print("\rkiln.write_dataset: %d/%d samples (%.0f/s)" % (done, n, rate),
+                total = "/%d" % n if n is not None else ""
+                print("\rkiln.write_dataset: %d%s samples (%.0f/s)" % (done, total, rate),
                       end="\n" if done == n else "", file=sys.stderr, flush=True)
+        if progress and n is None and done > start:
+            print(file=sys.stderr)
         manifest = writer.close()
     except BaseException:
         if not writer._native.closed:

@@ -12,9 +12,11 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "core/file.h"
@@ -64,6 +66,7 @@ class CacheWriter::Impl {
       return Status::InvalidArgument(dir_ + ": the lock handed to the writer is " +
                                      opt_.lock->dir() + "'s");
     }
+    if (opt_.append) return InitAppend();
     // The cache must not look complete while it changes.
     KILN_RETURN_IF_ERROR(RemoveManifest(dir_));
     if (!opt_.resume) {
@@ -74,15 +77,80 @@ class CacheWriter::Impl {
     return ScanExisting();
   }
 
-  // Re-reads the committed shards to find where to continue and to rebuild
+  // Appending: the finished cache's manifest is the base; its records and
+  // shards stay as they are, new records go into shards after its last.
+  Status InitAppend() {
+    const Status read = ReadManifest(dir_, &base_);
+    if (read.IsIncomplete())
+      return Status::InvalidArgument(dir_ + ": not a finished cache (no manifest.json); finish "
+                                     "or resume its build first, then append");
+    KILN_RETURN_IF_ERROR(read);
+    if (base_.is_part())
+      return Status::InvalidArgument(dir_ + ": is part " + std::to_string(base_.part_index) +
+                                     " of a build in parts; merge the parts, then append");
+    KILN_RETURN_IF_ERROR(CheckBaseFits());
+    appending_ = true;
+    next_ = base_.first_index + base_.count;
+    if (v2_)
+      for (size_t f = 0; f < opt_.fields.size(); ++f)
+        for (int i = 0; i < opt_.fields[f].ndim; ++i)
+          max_dims_[f][i] = std::max(max_dims_[f][i], base_.fields[f].max_dims[i]);
+    done_ = base_.shards;
+    // Says (to verify) that the shards after the manifest's are this append's.
+    {
+      const std::string marker = dir_ + "/" + kAppendMarkerName;
+      std::ofstream out(marker, std::ios::trunc);
+      out << nlohmann::json{{"count_before", base_.count}, {"from", opt_.append_from}}.dump()
+          << "\n";
+      if (!out) return Status::IOError(marker + ": cannot write");
+    }
+    return ScanExisting(static_cast<int>(base_.shards.size()));
+  }
+
+  // Whether the records this writer writes are the base cache's kind.
+  Status CheckBaseFits() const {
+    const std::string refuse = dir_ + ": cannot append: ";
+    if (!v2_) {
+      if (base_.format_version != kFormatVersion)
+        return Status::InvalidArgument(refuse + "the cache holds format 2 records (fields), this "
+                                                "writer writes format 1 (one tensor and a label)");
+      if (base_.dtype != opt_.dtype || base_.shape != opt_.shape)
+        return Status::InvalidArgument(refuse + "the cache holds " + DTypeName(base_.dtype) + " " +
+                                       base_.shape.ToString() + " records, this writer writes " +
+                                       DTypeName(opt_.dtype) + " " + opt_.shape.ToString());
+      return Status::OK();
+    }
+    if (base_.format_version != kFormatVersion2)
+      return Status::InvalidArgument(refuse + "the cache holds format 1 records, this writer "
+                                              "declares fields (format 2)");
+    auto text = [](const std::vector<FieldSpec>& fields) {
+      std::string t;
+      for (const FieldSpec& f : fields)
+        t += (t.empty() ? "" : ", ") + f.name + " " + DTypeName(f.dtype) + " " + f.ShapeText() +
+             (f.codec != Codec::kRaw ? std::string(" ") + CodecName(f.codec) : "");
+      return t;
+    };
+    if (text(base_.fields) != text(opt_.fields))
+      return Status::InvalidArgument(refuse + "its fields are [" + text(base_.fields) +
+                                     "], this writer declares [" + text(opt_.fields) + "]");
+    const std::string base_label =
+        base_.label_field >= 0 ? base_.fields[base_.label_field].name : std::string();
+    if (base_label != opt_.label_field)
+      return Status::InvalidArgument(refuse + "its label field is '" + base_label +
+                                     "', this writer's is '" + opt_.label_field + "'");
+    return Status::OK();
+  }
+
+  // Re-reads the committed shards from shard s0 on (those before it are the
+  // base cache's, when appending) to find where to continue and to rebuild
   // the running shard digests.
-  Status ScanExisting() {
-    int i = 0;
+  Status ScanExisting(int s0 = 0) {
+    int i = s0;
     while (Exists(dir_ + "/" + ShardFileName(i + 1))) ++i;
-    for (int s = 0; s <= i; ++s) {
+    for (int s = s0; s <= i; ++s) {
       const std::string path = dir_ + "/" + ShardFileName(s);
       if (!Exists(path)) {
-        if (s == 0) return OpenShard(0, true);
+        if (s == s0) return OpenShard(s0, true);
         return Status::Corruption(path + ": missing while later shards exist");
       }
       // The map size recorded in the file, so that the resumed shard goes on
@@ -346,13 +414,26 @@ class CacheWriter::Impl {
   }
 
   Status Finish(Manifest* meta) {
+    if (appending_ && next_ == base_.first_index + base_.count) {
+      // Nothing appended: the cache stays as it was, without an empty shard.
+      const std::string path = env_.path();
+      env_.Close();
+      ::unlink(path.c_str());
+      ::unlink((path + kLmdbLockSuffix).c_str());
+      ::unlink(ReplayMarker(path).c_str());
+      ::unlink((dir_ + "/" + kAppendMarkerName).c_str());
+      *meta = base_;
+      return Status::OK();
+    }
+    // An append that does not fit is refused before its shards are closed.
+    if (appending_) KILN_RETURN_IF_ERROR(AppendMeta(meta));
     KILN_RETURN_IF_ERROR(CloseCurrent());
     // A shard left by an earlier, longer attempt must not linger.
     for (int i = shard_index_ + 1; Exists(dir_ + "/" + ShardFileName(i)); ++i)
       ::unlink((dir_ + "/" + ShardFileName(i)).c_str());
     meta->kiln_version = KilnVersion();
-    meta->count = next_ - opt_.first_index;
-    meta->first_index = opt_.first_index;
+    meta->count = next_ - FirstIndex();
+    meta->first_index = FirstIndex();
     meta->shards = done_;
     meta->initial_map_size = InitialMapSize();
     if (v2_) {
@@ -373,12 +454,58 @@ class CacheWriter::Impl {
       SetFormat1Fields(meta);
       meta->commit_records = PerCommit();
     }
-    return WriteManifest(dir_, *meta);
+    KILN_RETURN_IF_ERROR(WriteManifest(dir_, *meta));
+    if (appending_) ::unlink((dir_ + "/" + kAppendMarkerName).c_str());
+    return Status::OK();
   }
 
   uint64_t next() const { return next_; }
+  uint64_t append_base() const { return appending_ ? base_.count : 0; }
 
  private:
+  uint64_t FirstIndex() const { return appending_ ? base_.first_index : opt_.first_index; }
+
+  // Finishing an append: the base's classes (extended by new names at the
+  // end), recipe and earlier appends, and this append's entry.
+  Status AppendMeta(Manifest* meta) const {
+    const std::string refuse = dir_ + ": cannot append: ";
+    if (meta->classes.empty()) {
+      meta->classes = base_.classes;
+    } else if (meta->classes.size() < base_.classes.size() ||
+               !std::equal(base_.classes.begin(), base_.classes.end(), meta->classes.begin())) {
+      return Status::InvalidArgument(
+          refuse + "the new records' classes must begin with the cache's " +
+          std::to_string(base_.classes.size()) +
+          " classes in their order (new names may follow); the labels would name other classes");
+    }
+    if (!(meta->preprocessing == Preprocessing())) {
+      Manifest a = base_, b = base_;
+      b.preprocessing = meta->preprocessing;
+      const std::vector<std::string> diff = PreprocessingDifferences(a, b);
+      if (!diff.empty()) {
+        std::string d;
+        for (const std::string& x : diff) d += (d.empty() ? "" : "; ") + x;
+        return Status::InvalidArgument(refuse + "the new records were made another way (" + d +
+                                       "); rebuild the cache with one recipe");
+      }
+    }
+    meta->preprocessing = base_.preprocessing;
+    meta->appends = base_.appends;
+    AppendEntry e;
+    e.count_before = base_.count;
+    e.count_after = next_ - FirstIndex();
+    e.from = opt_.append_from;
+    char when[32];
+    const std::time_t now = std::time(nullptr);
+    std::tm tm{};
+    ::gmtime_r(&now, &tm);
+    std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    e.time = when;
+    meta->appends.push_back(std::move(e));
+    return Status::OK();
+  }
+
+
   WriterOptions opt_;
   std::string dir_;
   std::unique_ptr<DirLock> own_lock_;  // when the caller handed none
@@ -400,6 +527,9 @@ class CacheWriter::Impl {
   std::vector<std::array<uint32_t, kMaxDims>> max_dims_;
   uint64_t next_ = 0;
   bool noncanonical_ = false;  // the current shard saw an explicit Commit
+  // Appending: the finished cache's manifest as it was opened.
+  bool appending_ = false;
+  Manifest base_;
 };
 
 Status RemoveManifest(const std::string& dir) {
@@ -437,6 +567,7 @@ Status CacheWriter::Open(const WriterOptions& options, const std::string& dir,
 }
 
 uint64_t CacheWriter::next_index() const { return impl_->next(); }
+uint64_t CacheWriter::append_base() const { return impl_->append_base(); }
 Status CacheWriter::Append(uint64_t index, int64_t label, const void* payload) {
   return impl_->Append(index, label, payload);
 }

@@ -393,6 +393,13 @@ std::string ManifestToJson(const Manifest& m) {
     j["layout"] = {{"initial_map_size", m.initial_map_size}, {"commit_bytes", m.commit_bytes}};
   if (m.is_part())
     j["part"] = {{"index", m.part_index}, {"of", m.part_count}, {"first", m.first_index}};
+  if (!m.appends.empty()) {
+    json appends = json::array();
+    for (const AppendEntry& a : m.appends)
+      appends.push_back({{"count_before", a.count_before}, {"count_after", a.count_after},
+                         {"time", a.time}, {"from", a.from}});
+    j["appends"] = appends;
+  }
   j["preprocessing"] = json::parse(m.preprocessing.ToJson());
   j["meta_digest"] = MetaDigest(j["classes"], j["preprocessing"]);
   return j.dump(2) + "\n";
@@ -498,6 +505,29 @@ Status ManifestFromJson(const std::string& text, const std::string& where, Manif
     if (next - m.first_index != m.count)
       return Status::Corruption(where + ": shards hold " + std::to_string(next - m.first_index) +
                                 " records but \"count\" says " + std::to_string(m.count));
+    if (j.contains("appends")) {
+      const json& appends = j.at("appends");
+      if (!appends.is_array()) return Status::Corruption(where + ": \"appends\" is not a list");
+      uint64_t before = 0;
+      for (size_t i = 0; i < appends.size(); ++i) {
+        const std::string field = "appends[" + std::to_string(i) + "].";
+        AppendEntry a;
+        KILN_RETURN_IF_ERROR(
+            JsonInteger(appends[i].at("count_before"), where, field + "count_before", &a.count_before));
+        KILN_RETURN_IF_ERROR(
+            JsonInteger(appends[i].at("count_after"), where, field + "count_after", &a.count_after));
+        a.time = appends[i].value("time", std::string());
+        a.from = appends[i].value("from", std::string());
+        if (a.count_before < before || a.count_after < a.count_before || a.count_after > m.count)
+          return Status::Corruption(where + ": " + field + " records " +
+                                    std::to_string(a.count_before) + ".." +
+                                    std::to_string(a.count_after) +
+                                    " do not follow the earlier appends within the " +
+                                    std::to_string(m.count) + " records");
+        before = a.count_after;
+        m.appends.push_back(std::move(a));
+      }
+    }
     if (j.contains("preprocessing") && j["preprocessing"].is_object())
       KILN_RETURN_IF_ERROR(
           Preprocessing::FromJson(j["preprocessing"].dump(), where, &m.preprocessing));

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -97,14 +98,40 @@ class Verifier {
   }
 
  private:
+  // Whether an append from the manifest's count is running or was
+  // interrupted (its marker names that count).
+  bool AppendPending() const {
+    std::ifstream in(dir_ + "/" + kAppendMarkerName);
+    if (!in) return false;
+    const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+    return j.is_object() && j.contains("count_before") && j["count_before"].is_number_unsigned() &&
+           j["count_before"].get<uint64_t>() == m_.count;
+  }
+
   void CheckUnexpectedFiles() {
     std::set<std::string> listed;
     for (const ShardInfo& s : m_.shards) listed.insert(s.file);
+    // The shards an append writes after the manifest's, until it publishes
+    // the new manifest (CacheWriter's `append`).
+    std::set<std::string> appending;
+    for (int k = static_cast<int>(m_.shards.size()); AppendPending(); ++k) {
+      struct stat st;
+      const std::string name = ShardFileName(k);
+      if (listed.count(name) || ::stat((dir_ + "/" + name).c_str(), &st) != 0) break;
+      appending.insert(name);
+    }
+    if (!appending.empty())
+      rep_->notes.push_back(
+          std::to_string(appending.size()) + " shard file(s) from " + *appending.begin() +
+          " on are not in the manifest: an append in progress, or an interrupted one (the " +
+          std::to_string(m_.count) +
+          " records the manifest lists are what readers see); run the same append again to "
+          "finish it, or remove those files");
     DIR* d = opendir(dir_.c_str());
     if (!d) return;
     while (dirent* e = readdir(d)) {
       std::string name = e->d_name;
-      if (IsShardFile(name) && !listed.count(name))
+      if (IsShardFile(name) && !listed.count(name) && !appending.count(name))
         Problem(Kind::kShardFile, -1, name,
                 "unexpected shard file not listed in the manifest (left from another "
                 "build, or the manifest was edited)");
@@ -408,6 +435,7 @@ std::string VerifyReportToJson(const std::string& dir, const VerifyReport& r) {
     probs.push_back(pj);
   }
   j["problems"] = probs;
+  if (!r.notes.empty()) j["notes"] = r.notes;
   return j.dump(2) + "\n";
 }
 

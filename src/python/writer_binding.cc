@@ -82,7 +82,8 @@ class PyWriter {
  public:
   PyWriter(const std::string& path, const py::list& fields, const py::object& label_field,
            std::vector<std::string> classes, std::vector<double> mean, std::vector<double> std,
-           const std::string& source_json, uint64_t shard_size, bool resume)
+           const std::string& source_json, uint64_t shard_size, bool resume, bool append,
+           const std::string& append_from)
       : path_(path) {
     WriterOptions o;
     o.fields = ParseFields(fields);
@@ -90,6 +91,8 @@ class PyWriter {
         label_field.is_none() ? DefaultLabelField(o.fields) : label_field.cast<std::string>();
     o.shard_size = shard_size;
     o.resume = resume;
+    o.append = append;
+    o.append_from = append_from;
     // Checked before the directory is touched.
     int image = 0, label = -1;
     Check(CheckFieldSpecs(o.fields, o.label_field, "kiln.Writer(" + path + ")", &image, &label));
@@ -117,11 +120,20 @@ class PyWriter {
       p["mean"] = mean;
       p["std"] = std;
     }
-    Check(Preprocessing::FromJson(p.dump(), "kiln.Writer", &meta_.preprocessing));
+    // Appending keeps the cache's recipe (the writer checks a given mean and
+    // std against it) and its classes, unless new ones are given.
+    if (!append || !mean.empty())
+      Check(Preprocessing::FromJson(p.dump(), "kiln.Writer", &meta_.preprocessing));
     Check(CacheWriter::Open(o, path, &writer_));
+    if (append && meta_.classes.empty()) {
+      Manifest base;
+      Check(ReadManifest(path, &base));
+      meta_.classes = base.classes;
+    }
   }
 
   uint64_t NextIndex() const { return writer_ ? writer_->next_index() : 0; }
+  uint64_t AppendBase() const { return writer_ ? writer_->append_base() : 0; }
 
   // Appends one sample; returns its index. Every declared field must be in
   // `sample` (and nothing else), as an array of the declared dtype, or a
@@ -284,15 +296,17 @@ void BindWriter(py::module_& m) {
   py::class_<PyWriter>(m, "Writer")
       .def(
           py::init<const std::string&, const py::list&, const py::object&, std::vector<std::string>,
-                   std::vector<double>, std::vector<double>, const std::string&, uint64_t, bool>(),
+                   std::vector<double>, std::vector<double>, const std::string&, uint64_t, bool,
+                   bool, const std::string&>(),
           py::arg("path"), py::arg("fields"), py::arg("label_field"), py::arg("classes"),
           py::arg("mean"), py::arg("std"), py::arg("source_json"), py::arg("shard_size"),
-          py::arg("resume"))
+          py::arg("resume"), py::arg("append") = false, py::arg("append_from") = "")
       .def("append", &PyWriter::Append, py::arg("sample"))
       .def("close", &PyWriter::Close)
       .def("abandon", &PyWriter::Abandon)
       .def_property_readonly("closed", &PyWriter::closed)
-      .def_property_readonly("next_index", &PyWriter::NextIndex);
+      .def_property_readonly("next_index", &PyWriter::NextIndex)
+      .def_property_readonly("append_base", &PyWriter::AppendBase);
 }
 
 }  // namespace kiln::python

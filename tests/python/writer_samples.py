@@ -27,12 +27,12 @@ def sample(i):
 
 
 class Samples:
-    """A map-style dataset of sample(i); sample `bad` raises, `misfit` has a
-    float64 mask; `delay` seconds per item after item `slow_after`."""
+    """A map-style dataset of sample(first + i); item `bad` raises, `misfit`
+    has a float64 mask; `delay` seconds per item after item `slow_after`."""
 
-    def __init__(self, n, bad=None, misfit=None, delay=0.0, slow_after=None):
+    def __init__(self, n, bad=None, misfit=None, delay=0.0, slow_after=None, first=0):
         self.n, self.bad, self.misfit = n, bad, misfit
-        self.delay, self.slow_after = delay, slow_after
+        self.delay, self.slow_after, self.first = delay, slow_after, first
 
     def __len__(self):
         return self.n
@@ -43,7 +43,7 @@ class Samples:
         if self.slow_after is not None and i > self.slow_after:
             import time
             time.sleep(self.delay)
-        s = sample(i)
+        s = sample(self.first + i)
         if i == self.misfit:
             s["mask"] = s["mask"].astype(np.float64)
         return s
