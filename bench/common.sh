@@ -42,6 +42,16 @@ corpus() {
   fi
 }
 
+# kiln_module: the kiln Python module on PYTHONPATH (default <repo>/build/python), or exit 2.
+kiln_module() {
+  export PYTHONPATH=${PYTHONPATH:-$repo/build/python}
+  "$py" -c "import kiln" || { echo "no kiln module on PYTHONPATH (cmake --build build)" >&2; exit 2; }
+}
+
+# warm_corpus DIR N: corpus DIR N, then every file read once, so that every side of a
+# bench reads the sources from the page cache.
+warm_corpus() { corpus "$1" "$2"; cat "$1"/*/* >/dev/null; }
+
 # floor_probe: sets probe to bench/limits/decode_floor.cc compiled into $tmp (recompiled
 # when the source is newer), installing the compiler and headers if missing.
 floor_probe() {

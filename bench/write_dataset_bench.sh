@@ -17,12 +17,10 @@
 set -euo pipefail
 source "$(cd "$(dirname "$0")" && pwd)/common.sh"
 n=${1:-4000}; rounds=${2:-2}
-export PYTHONPATH=${PYTHONPATH:-$repo/build/python}
 need_peers
-"$py" -c "import kiln" || { echo "no kiln module on PYTHONPATH (cmake --build build)" >&2; exit 2; }
+kiln_module
 src=$tmp/corpus-$n
-corpus "$src" "$n"
-cat "$src"/*/* >/dev/null  # warm: every side reads the JPEGs from the page cache
+warm_corpus "$src" "$n"
 out=$tmp/write-bench
 rate() { sed -n 's/.*images_per_s=\([0-9.]*\).*/\1/p' | tail -1; }
 declare -A all
