@@ -217,6 +217,9 @@ KILN_COMMAND(Command{
       sub->add_flag("--rebuild-if-changed", o.rebuild_if_changed,
                     "rebuild when sources or options changed, keep an up-to-date cache "
                     "(without it a changed cache is an error, exit 1)");
+      sub->add_flag("--append", o.append,
+                    "add the files new in SRC to the finished cache in OUT, after its records, "
+                    "in new shards (a changed or removed source needs a rebuild)");
       sub->add_flag("--repair", o.repair,
                     "rewrite only the records that verify finds bad, from their sources "
                     "(same arguments as the original build)");

@@ -43,6 +43,9 @@ inline constexpr const char* kRejectLogName = "rejects.partial";
 // the append started from, as {"count_before": N, "from": "..."}; the
 // shards after the manifest's are that append's.
 inline constexpr const char* kAppendMarkerName = "append.json";
+// The fingerprints of a cache's shards that kiln build's duplicate report
+// keeps (src/ingest/duplicate_report.cc), a folder in the cache.
+inline constexpr const char* kFingerprintsDirName = ".fingerprints";
 // Scratch directory of kiln merge for a part that needs new indices.
 inline constexpr const char* kMergeScratchPrefix = ".merge-";
 

@@ -114,9 +114,10 @@ class CacheWriter {
   // dtype, shape and versions are filled in here). `meta` receives the
   // manifest written. The writer cannot be used afterwards. Appending:
   // `meta`'s classes must start with the cache's (empty keeps them; new
-  // names may follow), its recipe must be the cache's or empty (the
-  // cache's is kept); InvalidArgument saying what differs otherwise, with
-  // the old manifest left in place.
+  // names may follow), its recipe must make tensors as the cache's does or
+  // be empty: a complete recipe (kiln build's, with the grown sources)
+  // replaces the cache's, another keeps it. InvalidArgument saying what
+  // differs otherwise, with the old manifest left in place.
   Status Finish(Manifest* meta);
 
  private:

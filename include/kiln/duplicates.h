@@ -49,8 +49,11 @@ struct RecordPrint {
 
 // The fingerprints of every record of an open cache, by index, computed on
 // `threads` threads (0 = all cores). A record that cannot be read is a
-// Corruption naming it (verify the cache first to see every problem).
-Status FingerprintCache(const CacheReader& reader, int threads, std::vector<RecordPrint>* out);
+// Corruption naming it (verify the cache first to see every problem). With
+// `from` > 0, *out already holds the first `from` records' prints (kept
+// from an earlier run): only the records after them are read.
+Status FingerprintCache(const CacheReader& reader, int threads, std::vector<RecordPrint>* out,
+                        uint64_t from = 0);
 
 // One record among several caches: caches[cache], record index `record`.
 struct DuplicateMember {

@@ -478,6 +478,10 @@ class CacheWriter::Impl {
           std::to_string(base_.classes.size()) +
           " classes in their order (new names may follow); the labels would name other classes");
     }
+    // A complete recipe (kiln build's) describes the grown cache, its
+    // sources included, and replaces the cache's; another one is checked
+    // against it.
+    const bool replaces = meta->preprocessing.complete;
     if (!(meta->preprocessing == Preprocessing())) {
       Manifest a = base_, b = base_;
       b.preprocessing = meta->preprocessing;
@@ -489,7 +493,7 @@ class CacheWriter::Impl {
                                        "); rebuild the cache with one recipe");
       }
     }
-    meta->preprocessing = base_.preprocessing;
+    if (!replaces) meta->preprocessing = base_.preprocessing;
     meta->appends = base_.appends;
     AppendEntry e;
     e.count_before = base_.count;

@@ -44,9 +44,12 @@ Fingerprint FingerprintRecord(const Manifest& m, const RecordView& v) {
   return out;
 }
 
-Status FingerprintCache(const CacheReader& reader, int threads, std::vector<RecordPrint>* out) {
+Status FingerprintCache(const CacheReader& reader, int threads, std::vector<RecordPrint>* out,
+                        uint64_t from) {
   const uint64_t n = reader.size();
-  out->assign(n, RecordPrint());
+  from = std::min<uint64_t>(from, std::min<uint64_t>(n, out->size()));
+  out->resize(n);
+  std::fill(out->begin() + static_cast<std::ptrdiff_t>(from), out->end(), RecordPrint());
   std::mutex mu;
   Status failure;
   std::atomic<bool> failed{false};
@@ -80,8 +83,8 @@ Status FingerprintCache(const CacheReader& reader, int threads, std::vector<Reco
   auto work = [&] {
     SequentialReadAhead ahead;
     std::unique_ptr<ReadTxn> locate = reader.BeginRead();
-    uint64_t lo = 0, bytes = 0;
-    for (uint64_t i = 0; i < n && !failed; ++i) {
+    uint64_t lo = from, bytes = 0;
+    for (uint64_t i = from; i < n && !failed; ++i) {
       const uint8_t* value = nullptr;
       uint64_t size = 0;
       if (locate->Locate(i, &value, &size).ok()) {

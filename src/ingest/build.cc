@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <numeric>
 
+#include "append_plan.h"
 #include "duplicate_report.h"
 #include "journal.h"
 #include "kiln/cache_layout.h"
@@ -35,6 +36,7 @@ struct Plan {
   std::vector<size_t> order;  // item positions in record order (this part's slice)
   uint64_t first = 0;         // global index of order[0] (a part: its slice's start)
   uint64_t files = 0;         // sources of the whole split, all parts together
+  const AppendPlan* append = nullptr;  // --append: the cache DIR holds and what is new
 };
 
 Status CheckOptions(const BuildOptions& o) {
@@ -49,6 +51,10 @@ Status CheckOptions(const BuildOptions& o) {
     return Status::InvalidArgument(
         "--repair rewrites only the bad records of a cache; --force and --rebuild-if-changed "
         "rebuild it: give one of them");
+  if (o.append && (o.force || o.rebuild_if_changed || o.repair || o.num_parts > 1))
+    return Status::InvalidArgument(
+        "--append adds new sources to a finished cache: it excludes --force, "
+        "--rebuild-if-changed, --repair and --num-parts");
   if (o.channels != 1 && o.channels != 3)
     return Status::InvalidArgument("--channels must be 1 or 3");
   // What the recipe records must read back (Preprocessing::FromJson's ranges).
@@ -125,9 +131,22 @@ class Builder {
                                 " (rejected under --strict: fix it, or build without --strict)");
     recipe_ = BaseRecipe();
     KILN_RETURN_IF_ERROR(Preprocessor::PlanShape(recipe_, src_, &shape_));
+    std::vector<AppendPlan> appends;
+    if (opt_.append) KILN_RETURN_IF_ERROR(PlanAppends(&appends));
     KILN_RETURN_IF_ERROR(ChooseNormalization());
+    if (opt_.append) KILN_RETURN_IF_ERROR(CheckAppendRecipe(appends.front().base));
     std::vector<Plan> plans = MakePlans();
     for (Plan& p : plans) p.files = p.order.size();
+    for (size_t k = 0; k < appends.size(); ++k) {
+      // Only the new sources, in record order.
+      std::vector<bool> added(src_.items.size(), false);
+      for (size_t pos : appends[k].added) added[pos] = true;
+      std::vector<size_t> order;
+      for (size_t pos : plans[k].order)
+        if (added[pos]) order.push_back(pos);
+      plans[k].order = std::move(order);
+      plans[k].append = &appends[k];
+    }
     if (opt_.num_parts > 1) {
       // Part i of N: the i-th contiguous slice of every split's record order,
       // into DIR/part-IIIII-of-NNNNN; kiln merge joins them.
@@ -179,6 +198,35 @@ class Builder {
             " itself; give an OUT outside it (or a new folder inside it, which is not listed "
             "as a source)");
     return Status::OK();
+  }
+
+  // --append: the finished cache of each output directory and its new
+  // sources (the same for every split: each split's sources.tsv lists all
+  // sources); the new sources' labels follow the cache's classes.
+  Status PlanAppends(std::vector<AppendPlan>* out) {
+    std::vector<std::string> dirs = {opt_.out};
+    if (opt_.val_fraction > 0) {
+      dirs.clear();
+      for (const std::string& split : SplitDirs()) dirs.push_back(opt_.out + "/" + split);
+    }
+    out->resize(dirs.size());
+    for (size_t k = 0; k < dirs.size(); ++k) KILN_RETURN_IF_ERROR(PlanAppend(dirs[k], src_, &(*out)[k]));
+    AppendClasses(out->front().base.classes, out->front().added, &src_);
+    base_for_stats_ = out->front().base;
+    return Status::OK();
+  }
+
+  // --append: the new records must be made as the cache's were.
+  Status CheckAppendRecipe(const Manifest& base) const {
+    std::vector<std::string> diff = TensorRecipeDifferences(base.preprocessing, recipe_);
+    if (base.preprocessing.dtype != recipe_.dtype)
+      diff.push_back(std::string("dtype: ") + DTypeName(base.preprocessing.dtype) + " vs " +
+                     DTypeName(recipe_.dtype));
+    if (diff.empty()) return Status::OK();
+    std::string d;
+    for (const std::string& x : diff) d += (d.empty() ? "" : "; ") + x;
+    return Status::InvalidArgument(opt_.out + ": the cache was built with other options (" + d +
+                                   "): --append needs the cache's own; rebuild it otherwise");
   }
 
   // The recipe's fields that come from the options and the sources.
@@ -259,6 +307,12 @@ class Builder {
         recipe_.std = opt_.std;
         break;
       case NormKind::kAuto: {
+        if (opt_.append) {  // the cache's statistics: the new records are normalized alike
+          const Manifest& base = base_for_stats_;
+          recipe_.mean = base.preprocessing.mean;
+          recipe_.std = base.preprocessing.std;
+          break;
+        }
         // Statistics of the preprocessed pixels of all images, or of a
         // seeded sample of --stats-sample of them.
         const std::vector<size_t> pick =
@@ -311,7 +365,18 @@ class Builder {
     request.strict = opt_.strict;
     request.retry = [&](const RejectEntry& e) { return ComesOutOtherwise(e, pre); };
     StartDecision start_kind;
-    KILN_RETURN_IF_ERROR(DecideStart(plan.dir, request, info_, &start_kind));
+    if (plan.append != nullptr) {
+      // An append resumes the one an earlier run left unfinished (its marker).
+      start_kind.start = fs::exists(plan.dir + "/" + kAppendMarkerName) ? BuildStart::kResume
+                                                                        : BuildStart::kFresh;
+      if (plan.order.empty()) {
+        info_(plan.dir + ": nothing to append: the cache holds every source");
+        res_->up_to_date = true;
+        return Status::OK();
+      }
+    } else {
+      KILN_RETURN_IF_ERROR(DecideStart(plan.dir, request, info_, &start_kind));
+    }
     if (start_kind.start == BuildStart::kUpToDate) {
       res_->up_to_date = true;
       res_->retryable += start_kind.still_failing.size();
@@ -333,11 +398,13 @@ class Builder {
     wo.shard_size = opt_.shard_size;
     wo.resume = resume;
     wo.first_index = plan.first;
+    wo.append = plan.append != nullptr;
+    wo.append_from = opt_.src + " (" + std::to_string(plan.order.size()) + " new sources)";
     // A fresh start discards what an earlier build left - under DIR's lock,
     // so that nothing is deleted while another build holds DIR.
     std::unique_ptr<DirLock> lock;
     KILN_RETURN_IF_ERROR(DirLock::Acquire(plan.dir, &lock));
-    if (!resume) KILN_RETURN_IF_ERROR(BeginFreshBuild(plan.dir, recipe));
+    if (!resume && !wo.append) KILN_RETURN_IF_ERROR(BeginFreshBuild(plan.dir, recipe));
     wo.lock = lock.get();
     std::unique_ptr<CacheWriter> writer;
     const Status opened = CacheWriter::Open(wo, plan.dir, &writer);
@@ -348,20 +415,29 @@ class Builder {
     KILN_RETURN_IF_ERROR(opened);
     RejectLog rejects;
     KILN_RETURN_IF_ERROR(rejects.Open(plan.dir, resume));
-    // What the listing skipped: logged once, with the first cache of part 0.
-    if (plan.dir == first_dir_ && opt_.part == 0)
+    if (wo.append) {
+      // The cache's rejects stay (its listing's among them); this run adds the new sources'.
+      std::vector<RejectEntry> before;
+      const Status had = ReadRejectsTsv(plan.dir + "/" + kRejectsName, &before);
+      if (!had.IsNotFound()) KILN_RETURN_IF_ERROR(had);
+      for (const RejectEntry& e : before) rejects.AddListed(RawName(e.path), RawName(e.reason), e.retry);
+    } else if (plan.dir == first_dir_ && opt_.part == 0) {
+      // What the listing skipped: logged once, with the first cache of part 0.
       for (const SourceReject& r : src_.rejected) rejects.AddListed(r.path, r.reason, r.retry);
+    }
     // The interrupted run rejected inputs: --strict fails on the first, as
     // it would have in one go.
-    if (opt_.strict && !rejects.entries().empty())
+    if (opt_.strict && (wo.append ? !rejects.before().empty() : !rejects.entries().empty()))
       return Status::Corruption(rejects.entries().front().Text() +
                                 " (rejected by the interrupted run; under --strict every input "
                                 "must be written: fix or remove it and build again)");
-    const uint64_t resumed_records = writer->next_index() - plan.first;
+    const uint64_t first = wo.append ? writer->append_base() : plan.first;
+    const uint64_t resumed_records = writer->next_index() - first;
     const size_t start = ResumePoint(plan.order.size(), resumed_records, rejects.before());
     if (resume) {
       res_->resumed = true;
-      info_(plan.dir + ": resuming an interrupted build at record " +
+      info_(plan.dir + (wo.append ? ": resuming an interrupted append at record "
+                                  : ": resuming an interrupted build at record ") +
             std::to_string(writer->next_index()) + " (" + std::to_string(start) + " of " +
             std::to_string(plan.order.size()) + " sources done)");
     }
@@ -397,11 +473,15 @@ class Builder {
       (void)writer->Commit();  // keep what is good for a resume
       return failure;
     }
-    // rejects.tsv lists every rejected file of the build, in source order.
-    KILN_RETURN_IF_ERROR(rejects.WriteTsv());
-    if (writer->next_index() == plan.first)
+    // rejects.tsv lists every rejected file of the build, in source order
+    // (an append's lists go into place once its manifest is published).
+    KILN_RETURN_IF_ERROR(wo.append ? rejects.WriteTsvAs(kPendingRejects) : rejects.WriteTsv());
+    if (writer->next_index() == plan.first && !wo.append)
       return Status::Corruption(plan.dir + ": every input was rejected (see " + kRejectsName + ")");
-    KILN_RETURN_IF_ERROR(WriteSources(plan, rejects));
+    KILN_RETURN_IF_ERROR(WriteSources(plan, rejects, first));
+    if (wo.append)
+      info_(plan.dir + ": appended " + std::to_string(writer->next_index() - first) +
+            " records after the " + std::to_string(first) + " it held");
     Manifest m;
     for (const std::string& c : src_.classes) m.classes.push_back(EscapeName(c));
     m.preprocessing = recipe;
@@ -410,6 +490,7 @@ class Builder {
       m.part_count = opt_.num_parts;
     }
     KILN_RETURN_IF_ERROR(writer->Finish(&m));
+    if (wo.append) KILN_RETURN_IF_ERROR(SettlePendingLists(plan.dir, m));
     EndBuild(plan.dir);
     res_->seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     report(counts, true);
@@ -438,7 +519,13 @@ class Builder {
   // and the record it became (-1: rejected or in the other split), so that
   // verify can say which files were added, removed or changed, and map a
   // record back to its file.
-  Status WriteSources(const Plan& plan, const RejectLog& rejects) {
+  Status WriteSources(const Plan& plan, const RejectLog& rejects, uint64_t first) {
+    if (plan.append != nullptr) {
+      std::vector<bool> rejected(plan.order.size());
+      for (size_t k = 0; k < plan.order.size(); ++k) rejected[k] = rejects.rejected(k);
+      return WriteSourcesTsv(plan.dir + "/" + kPendingSources,
+                             AppendedSources(*plan.append, src_, plan.order, first, rejected));
+    }
     std::vector<RecordedSource> sources(src_.items.size());
     for (size_t i = 0; i < src_.items.size(); ++i) sources[i].item = src_.items[i];
     int64_t next = static_cast<int64_t>(plan.first);
@@ -459,6 +546,7 @@ class Builder {
   Preprocessing recipe_;
   Shape shape_;
   bool built_any_ = false;  // some cache was built or resumed by this run
+  Manifest base_for_stats_;  // --append: the cache's manifest (its --norm auto statistics)
   std::string first_dir_;   // the first output cache of this run
 };
 

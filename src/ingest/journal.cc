@@ -266,9 +266,10 @@ void RejectLog::AddListed(const std::string& path, const std::string& reason, bo
                   {EscapeName(path), EscapeName(reason), retry});
 }
 
-Status RejectLog::WriteTsv() const {
-  return WriteFileAtomic(dir_, kRejectsName, std::string(kRejectsName) + ".tmp",
-                         RejectsTsv(entries_));
+Status RejectLog::WriteTsv() const { return WriteTsvAs(kRejectsName); }
+
+Status RejectLog::WriteTsvAs(const std::string& name) const {
+  return WriteFileAtomic(dir_, name, name + ".tmp", RejectsTsv(entries_));
 }
 
 size_t ResumePoint(size_t sources, uint64_t written, const std::set<size_t>& rejected_before) {

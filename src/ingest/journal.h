@@ -142,8 +142,9 @@ class RejectLog {
   // of the sources' rejects, in memory only (every run lists the sources
   // again), so rejects.tsv is the same after a resume.
   void AddListed(const std::string& path, const std::string& reason, bool retry);
-  // Writes DIR/rejects.tsv (RejectsTsv of every entry).
+  // Writes DIR/rejects.tsv (RejectsTsv of every entry), or DIR/`name`.
   Status WriteTsv() const;
+  Status WriteTsvAs(const std::string& name) const;
 
  private:
   std::string dir_;

@@ -3,7 +3,9 @@
 #include <filesystem>
 #include <sstream>
 
+#include "duplicate_report.h"
 #include "ingest_test_util.h"
+#include "kiln/manifest.h"
 #include "kiln/cache_layout.h"
 
 using namespace kiln;
@@ -129,4 +131,38 @@ TEST_CASE("a build in parts gets its duplicate report from kiln merge, equal to 
   REQUIRE(ingest::MergeParts(parts.path(), {}, false, nullptr, &m).ok());
   CHECK(m.duplicates.repeats == 1);
   CHECK(ReadFile(parts / "duplicates.tsv") == ReadFile(whole / "duplicates.tsv"));
+}
+
+TEST_CASE("the report keeps each shard's fingerprints, named by its digest, and reads them again",
+          "[build][duplicates]") {
+  TempDir src, out;
+  CopyFashion(src.path(), 2, 12);
+  fs::copy_file(fs::directory_iterator(src / "1_trouser")->path(), src / "0_tshirt_top/dup.png");
+  ingest::BuildOptions o = BuildOf(src.path(), out.path());
+  o.channels = 1;
+  o.shard_size = 8 * 28 * 28 * 2;  // several shards
+  const Built b = Build(o);
+  REQUIRE(b.status.ToString() == "OK");
+  CHECK(b.result.duplicates.repeats == 1);
+  Manifest m;
+  REQUIRE(ReadManifest(out.path(), &m).ok());
+  REQUIRE(m.shards.size() > 1);
+  const std::string kept = out / kFingerprintsDirName;
+  for (const ShardInfo& s : m.shards)
+    CHECK(fs::file_size(kept + "/" + s.file + "." + s.digest) == s.count * 24);
+  const std::vector<ingest::SplitCache> caches = {{"", out.path()}};
+  // Read back: the files are what the report uses (zeroed prints make every
+  // record of the first shard a duplicate of the others there).
+  const std::string first = kept + "/" + m.shards[0].file + "." + m.shards[0].digest;
+  WriteFile(first, std::string(m.shards[0].count * 24, '\0'));
+  DuplicateCounts c;
+  REQUIRE(ingest::ReportDuplicates(out.path(), caches, 1, &c).ok());
+  CHECK(c.repeats >= m.shards[0].count - 1);
+  // A file that names another digest (its shard was rewritten) is not read,
+  // and goes; the shard's prints are made again.
+  fs::rename(first, kept + "/" + m.shards[0].file + ".0000000000000000");
+  REQUIRE(ingest::ReportDuplicates(out.path(), caches, 1, &c).ok());
+  CHECK(c.repeats == 1);
+  CHECK_FALSE(fs::exists(kept + "/" + m.shards[0].file + ".0000000000000000"));
+  CHECK(fs::file_size(first) == m.shards[0].count * 24);
 }

@@ -153,6 +153,10 @@ struct BuildOptions {
   // changed cache is a Stale error that leaves it as it is.
   bool rebuild_if_changed = false;
   bool repair = false;  // rewrite only the records verify finds bad, from their sources
+  // Add the sources the finished cache in OUT does not hold (files added to
+  // SRC) as records after its last, in new shards, with the same recipe;
+  // a source the cache holds that changed or is gone is refused (rebuild).
+  bool append = false;
   int num_parts = 1;    // > 1: build only part `part` (0-based) of num_parts,
   int part = 0;         //   into OUT/part-IIIII-of-NNNNN (per split); see MergeParts
 };
