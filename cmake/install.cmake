@@ -36,7 +36,8 @@ if(KILN_WITH_IMAGE)
   list(APPEND KILN_INSTALLED_PARTS ingest)
   set_target_properties(kiln_image PROPERTIES EXPORT_NAME image)
   set_target_properties(kiln_ingest PROPERTIES EXPORT_NAME ingest)
-  install(TARGETS kiln_image kiln_ingest EXPORT kilnIngestTargets
+  set_target_properties(kiln_merge PROPERTIES EXPORT_NAME merge)
+  install(TARGETS kiln_image kiln_merge kiln_ingest EXPORT kilnIngestTargets
           ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
           INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
   # kiln::image opens it on first use (src/image/opencv_codecs.h).

@@ -236,13 +236,23 @@ KILN_COMMAND(Command{
       return [a] { return RunBuild(*a); };
     }});
 
-int RunMerge(const std::string& out, const std::vector<std::string>& parts, bool keep) {
+int RunMerge(const std::string& out, const std::vector<std::string>& parts,
+             const std::vector<std::string>& from, bool keep) {
+  auto info = [](const std::string& l) { std::cerr << l << "\n"; };
   ingest::MergeResult r;
-  Status s = ingest::MergeParts(out, parts, keep, [](const std::string& l) { std::cerr << l << "\n"; },
-                               &r);
+  Status s;
+  if (!from.empty()) {
+    if (!parts.empty() || keep)
+      return ReportError("merge", Status::InvalidArgument(
+                                      "--from joins finished caches; PART arguments and "
+                                      "--keep-parts are for the parts of one build"));
+    s = ingest::MergeCaches(out, from, info, &r);
+  } else {
+    s = ingest::MergeParts(out, parts, keep, info, &r);
+  }
   if (!s.ok()) return ReportError("merge", s);
-  std::cout << "kiln merge: " << r.parts << " parts, " << r.records << " records in " << r.shards
-            << " shards, in " << FormatDuration(r.seconds) << " ->";
+  std::cout << "kiln merge: " << r.parts << (from.empty() ? " parts, " : " caches, ") << r.records
+            << " records in " << r.shards << " shards, in " << FormatDuration(r.seconds) << " ->";
   for (const auto& c : r.caches) std::cout << " " << c;
   std::cout << " (" << (r.copied_records ? std::to_string(r.copied_records) + " records rewritten"
                                          : std::string("no tensor data copied"))
@@ -252,17 +262,26 @@ int RunMerge(const std::string& out, const std::vector<std::string>& parts, bool
 }
 
 KILN_COMMAND(Command{
-    "merge", "Join the parts of a cache built with --num-parts into one cache", 15,
+    "merge", "Join the parts of a cache built with --num-parts, or finished caches, into one", 15,
     [](CLI::App* sub) -> std::function<int()> {
       auto out = std::make_shared<std::string>();
       auto parts = std::make_shared<std::vector<std::string>>();
+      auto from = std::make_shared<std::vector<std::string>>();
       auto keep = std::make_shared<bool>(false);
       sub->add_option("OUT", *out, "the merged cache's directory (the build's OUT)")->required();
+      sub->add_option("--from", *from,
+                      "a finished cache to join, in order (twice or more): same fields and "
+                      "recipe, classes matched by name; the first one's shards are linked, "
+                      "the others' records rewritten with their new indices")
+          ->expected(1)
+          ->allow_extra_args(false)
+          ->take_all();
       sub->add_option("PART", *parts, "part directories (default: OUT's part-*-of-*, also in "
                                       "OUT/train and OUT/val)");
       sub->add_flag("--keep-parts", *keep, "leave the part directories in place");
-      AddExamples(sub, {"kiln merge OUT   # after kiln build SRC OUT --num-parts N --part i"});
-      return [out, parts, keep] { return RunMerge(*out, *parts, *keep); };
+      AddExamples(sub, {"kiln merge OUT   # after kiln build SRC OUT --num-parts N --part i",
+                        "kiln merge --from batch1 --from batch2 combined"});
+      return [out, parts, from, keep] { return RunMerge(*out, *parts, *from, *keep); };
     }});
 
 }  // namespace

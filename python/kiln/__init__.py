@@ -44,7 +44,7 @@ from .writer import Field, Writer, write_dataset
 
 __all__ = ["Cache", "Field", "Loader", "RandomResizedCrop", "ResizeCenterCrop", "Writer",
            "CorruptionError", "normalize", "raw_name", "native_bf16", "resolution_at",
-           "train_environment", "verify", "write_dataset", "__version__"]
+           "train_environment", "verify", "merge", "write_dataset", "__version__"]
 __version__ = _kiln.__version__
 
 #: Raised for damaged or inconsistent cache data; the message names the
@@ -221,6 +221,18 @@ def verify(path, level="full", threads=0):
     verify a cache that was copied or stored on doubtful media before
     training from it."""
     return json.loads(_kiln.verify(os.fspath(path), str(level), int(threads)))
+
+
+def merge(out, caches):
+    """``kiln merge --from A --from B OUT`` from Python: the finished caches
+    `caches` (two or more, same fields and recipe) joined in that order into
+    the new directory `out`, classes matched by name (docs/build.md,
+    "Joining finished caches"). The first cache's shards are hard-linked,
+    the others' records rewritten under their new indices. Returns a dict:
+    ``records``, ``shards``, ``rewritten_records``, ``duplicate_groups``,
+    ``duplicate_repeats``, ``duplicates_file``, ``seconds``. Caches that
+    differ raise ValueError saying what differs."""
+    return _kiln.merge(os.fspath(out), [os.fspath(c) for c in caches])
 
 
 _verify_cache = verify  # for Loader, whose own `verify` argument hides the name

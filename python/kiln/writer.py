@@ -60,6 +60,11 @@ class Writer:
     record bytes per shard file. ``resume=True`` continues after the
     records already committed in `path` (``next_index`` says where).
 
+    ``part=(index, count, first)`` writes part `index` of `count` of a cache
+    written in parts, whose records are the global indices ``first``..
+    (``kiln.ray.write_dataset`` writes each part in a task of its own and
+    joins them with kiln merge); readers refuse a part until it is merged.
+
     ``mode="append"`` adds records to the finished cache at `path` instead:
     ``fields`` (and ``label_field``) must be the cache's, the new records go
     into new shard files after the old ones (no old shard is rewritten),
@@ -72,7 +77,8 @@ class Writer:
     """
 
     def __init__(self, path, fields, classes=None, label_field=None, mean=None, std=None,
-                 recipe=None, dataset=None, shard_size=4 << 30, resume=False, mode="w"):
+                 recipe=None, dataset=None, shard_size=4 << 30, resume=False, mode="w",
+                 part=None):
         if mode not in ("w", "append"):
             raise ValueError("kiln.Writer: mode is 'w' (a new cache) or 'append', not %r" % (mode,))
         self.path = os.fspath(path)
@@ -85,7 +91,8 @@ class Writer:
                                     list(classes or []), list(mean or []), list(std or []),
                                     json.dumps(source, sort_keys=True), int(shard_size),
                                     bool(resume), mode == "append",
-                                    str(dataset) if dataset is not None else "kiln.Writer")
+                                    str(dataset) if dataset is not None else "kiln.Writer",
+                                    [int(v) for v in part] if part is not None else [])
         self.manifest = None
 
     @property
@@ -298,20 +305,20 @@ def _read_skipped(path, name=SKIPPED_NAME):
     return skipped
 
 
-def _iterated(dataset, start, convert):
-    """An iterable's items from position `start` on (those before are
-    consumed and dropped: they are the records already written), as
-    (position, sample, error); then a final (position, None, None) that
-    says how many items there were."""
-    position = -1
-    for position, item in enumerate(dataset):
+def _iterated(dataset, start, convert, origin=0):
+    """An iterable's items, the first at position `origin`, from position
+    `start` on (those before are consumed and dropped: they are the records
+    already written), as (position, sample, error); then a final (position,
+    None, None) that says where the items ended."""
+    position = origin - 1
+    for position, item in enumerate(dataset, origin):
         if position >= start:
             yield _load(None, position, convert, item)
-    yield max(position + 1, 0), None, None
+    yield position + 1, None, None
 
 
-def write_dataset(dataset, path, fields, workers=0, strict=False, progress=True, resume=True,
-                  slot_bytes=16 << 20, append=False, **writer_args):
+def write_dataset(dataset, path, fields, /, workers=0, strict=False, progress=True, resume=True,
+                  slot_bytes=16 << 20, append=False, _part=None, **writer_args):
     """Writes a dataset into a kiln cache at `path`, in its order, and returns
     the cache's manifest.
 
@@ -344,7 +351,11 @@ def write_dataset(dataset, path, fields, workers=0, strict=False, progress=True,
 
     Other keywords go to :class:`Writer` (``classes``, ``label_field``,
     ``mean``, ``std``, ``recipe``, ``shard_size``); ``dataset`` defaults to
-    the dataset's class name.
+    the dataset's class name (the first three arguments are positional, so
+    ``dataset=`` is the name).
+
+    ``_part=(index, count, lo, hi)`` (kiln.ray): writes the samples lo..hi-1
+    (an iterable: its items are those) as part `index` of `count` at `path`.
     """
     import sys
     import time
@@ -352,7 +363,11 @@ def write_dataset(dataset, path, fields, workers=0, strict=False, progress=True,
     dataset = sources.adapt(dataset, fields, writer_args)
     convert = sources.Converter(fields)
     iterable = sources.is_iterable(dataset)
-    n = None if iterable else len(dataset)
+    # The positions lo..n-1 are written (n None: an iterable's end).
+    lo, n = 0, None if iterable else len(dataset)
+    if _part is not None:
+        lo, n = int(_part[2]), None if iterable else int(_part[3])
+        writer_args["part"] = (int(_part[0]), int(_part[1]), lo)
     if iterable:
         workers = 0
     writer_args.setdefault("dataset", type(dataset).__name__)
@@ -388,14 +403,14 @@ def write_dataset(dataset, path, fields, workers=0, strict=False, progress=True,
     except BaseException:
         stop_workers()
         raise
-    base = writer.append_base
-    log_name = _skipped_name(base)
+    base = writer.append_base if append else lo
+    log_name = _skipped_name(writer.append_base)
     skipped = _read_skipped(path, log_name) if resume else {}
     # The dataset position after the committed records: records are the
     # indices not skipped, in order (a skip is logged before any later
     # record is written, so the log covers every committed record's past).
     written = writer.next_index - base
-    start, records = 0, 0
+    start, records = lo, 0
     while records < written and (n is None or start < n):
         if start not in skipped:
             records += 1
@@ -429,7 +444,7 @@ def write_dataset(dataset, path, fields, workers=0, strict=False, progress=True,
                 conn.send(start)
             results = _worker_results(slots, procs, start, n)
         elif iterable:
-            results = _iterated(dataset, start, convert)
+            results = _iterated(dataset, start, convert, lo)
         else:
             results = (_load(dataset, i, convert) for i in range(start, n))
         for index, sample, error in results:

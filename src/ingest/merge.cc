@@ -1,21 +1,15 @@
 // kiln merge: joins the parts of a cache built with --num-parts into one.
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "duplicate_report.h"
 #include "journal.h"
-#include "kiln/cache_reader.h"
-#include "kiln/cache_writer.h"
+#include "merge_records.h"
 #include "core/file.h"
-#include "core/page_cache.h"
 #include "kiln/ingest/build.h"
 #include "kiln/manifest.h"
 #include "kiln/verify.h"
@@ -34,77 +28,6 @@ struct Part {
   std::vector<ShardInfo> shards;  // with global indices in the merged cache
   int64_t delta = 0;              // merged index - part's own index
 };
-
-// Links (or, across file systems, copies) `from` to `to`.
-Status LinkOrCopy(const std::string& from, const std::string& to, bool* copied) {
-  *copied = false;
-  if (::link(from.c_str(), to.c_str()) == 0) return Status::OK();
-  if (errno == EEXIST) {
-    std::error_code ec;
-    if (fs::equivalent(from, to, ec)) return Status::OK();  // a merge run before got this far
-    fs::remove(to, ec);
-    if (::link(from.c_str(), to.c_str()) == 0) return Status::OK();
-  }
-  if (errno == EXDEV || errno == EPERM || errno == EMLINK) {
-    std::error_code ec;
-    fs::copy_file(from, to, fs::copy_options::overwrite_existing, ec);
-    if (ec) return Status::IOError(to + ": cannot copy from " + from + ": " + ec.message());
-    *copied = true;
-    return Status::OK();
-  }
-  return Status::IOError(to + ": cannot link " + from + ": " + std::strerror(errno));
-}
-
-// The part's records again, under new indices (after a part that rejected
-// inputs): read through the reader, written through the writer.
-Status Reindex(Part* p, uint64_t first, const std::string& tmp) {
-  std::error_code ec;
-  fs::remove_all(tmp, ec);
-  std::unique_ptr<CacheReader> reader;
-  ReaderOptions ro;
-  ro.allow_part = true;
-  KILN_RETURN_IF_ERROR(CacheReader::Open(p->dir, ro, &reader));
-  WriterOptions wo;
-  wo.dtype = p->m.dtype;
-  wo.shape = p->m.shape;
-  wo.first_index = first;
-  const bool v2 = p->m.format_version == kFormatVersion2;
-  if (v2) {
-    wo.fields = p->m.fields;
-    if (p->m.label_field >= 0) wo.label_field = p->m.fields[p->m.label_field].name;
-    wo.commit_bytes = p->m.commit_bytes;
-  }
-  uint64_t bytes = 0;
-  for (const ShardInfo& s : p->m.shards) bytes = std::max(bytes, s.bytes);
-  wo.shard_size = std::max<uint64_t>(bytes, 1);
-  std::unique_ptr<CacheWriter> writer;
-  KILN_RETURN_IF_ERROR(CacheWriter::Open(wo, tmp, &writer));
-  auto txn = reader->BeginRead();
-  // Index order is file order: the bytes past each record are asked of the
-  // disk ahead of the copy, so a cold part is read sequentially (only the
-  // first record is read a page per fault).
-  SequentialReadAhead ahead;
-  for (uint64_t i = 0; i < p->m.count; ++i) {
-    RecordView v;
-    KILN_RETURN_IF_ERROR(txn->Get(p->m.first_index + i, &v, /*verify_checksum=*/true));
-    ahead.Reached(v.data);
-    if (v2) {
-      FieldData fields[kMaxFields];
-      for (int f = 0; f < v.num_fields; ++f)
-        fields[f] = {v.fields[f].dtype, v.fields[f].shape, v.fields[f].data, v.fields[f].codec,
-                     v.fields[f].codec == Codec::kRaw ? 0 : v.fields[f].bytes};
-      KILN_RETURN_IF_ERROR(writer->AppendFields(first + i, fields, v.num_fields));
-    } else {
-      KILN_RETURN_IF_ERROR(writer->Append(first + i, v.label, v.data));
-    }
-    txn->Reset();
-  }
-  Manifest m = p->m;
-  KILN_RETURN_IF_ERROR(writer->Finish(&m));
-  p->shard_dir = tmp;
-  p->shards = m.shards;
-  return Status::OK();
-}
 
 Status MergeOne(const std::string& out, std::vector<std::string> dirs, bool keep_parts,
                 const std::function<void(const std::string&)>& info, MergeResult* result) {
@@ -189,9 +112,9 @@ Status MergeOne(const std::string& out, std::vector<std::string> dirs, bool keep
            " but the parts before it hold " + std::to_string(next) +
            " (they rejected inputs): rewriting its " + std::to_string(p.m.count) +
            " records with new indices");
-      KILN_RETURN_IF_ERROR(Reindex(
-          &p, next,
-          (fs::path(out) / (kMergeScratchPrefix + PartDirName(p.m.part_index, n))).string()));
+      p.shard_dir =
+          (fs::path(out) / (kMergeScratchPrefix + PartDirName(p.m.part_index, n))).string();
+      KILN_RETURN_IF_ERROR(RewriteRecords(p.dir, p.m, next, {}, p.shard_dir, &p.shards));
       result->copied_records += p.m.count;
     }
     next += p.m.count;
@@ -221,18 +144,9 @@ Status MergeOne(const std::string& out, std::vector<std::string> dirs, bool keep
   merged.commit_bytes = parts[0].m.commit_bytes;
   merged.kiln_version = KilnVersion();
   merged.count = next;
-  int k = 0;
   bool any_copied = false;
-  for (const Part& p : parts) {
-    for (ShardInfo s : p.shards) {
-      const std::string name = ShardFileName(k++);
-      bool copied = false;
-      KILN_RETURN_IF_ERROR(LinkOrCopy(p.shard_dir + "/" + s.file, out + "/" + name, &copied));
-      any_copied = any_copied || copied;
-      s.file = name;
-      merged.shards.push_back(s);
-    }
-  }
+  for (const Part& p : parts)
+    KILN_RETURN_IF_ERROR(LinkShards(p.shard_dir, p.shards, out, &merged, &any_copied));
   if (any_copied) info(out + ": the parts are on another file system: shards were copied");
 
   // sources.tsv: every part lists every source; the one that wrote a record says which.

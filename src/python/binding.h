@@ -93,6 +93,9 @@ class PyCache {
 // Adds kiln._kiln.Writer (writer_binding.cc).
 void BindWriter(py::module_& m);
 
+// Adds kiln._kiln.merge and merge_parts (merge_binding.cc).
+void BindMerge(py::module_& m);
+
 // Adds kiln._kiln.Loader, LoaderOptions and the loader's geometry
 // (output_shape, output_dtype, loader_fields, slot_bytes,
 // random_resized_crop_boxes) (loader_binding.cc).

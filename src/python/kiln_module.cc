@@ -264,6 +264,7 @@ PYBIND11_MODULE(_kiln, m) {
       });
 
   BindWriter(m);
+  BindMerge(m);
 
   BindLoader(m);
 }

@@ -83,9 +83,21 @@ class PyWriter {
   PyWriter(const std::string& path, const py::list& fields, const py::object& label_field,
            std::vector<std::string> classes, std::vector<double> mean, std::vector<double> std,
            const std::string& source_json, uint64_t shard_size, bool resume, bool append,
-           const std::string& append_from)
+           const std::string& append_from, std::vector<int64_t> part)
       : path_(path) {
     WriterOptions o;
+    // (index, count, first): part `index` of `count` of a cache written in
+    // parts, its records the global indices first.. (kiln.ray).
+    if (!part.empty()) {
+      if (part.size() != 3 || part[1] < 1 || part[0] < 0 || part[0] >= part[1] || part[2] < 0 ||
+          append)
+        throw std::invalid_argument(
+            "kiln.Writer: part is (index, count, first) with 0 <= index < count and first >= 0, "
+            "and not with mode='append'");
+      o.first_index = static_cast<uint64_t>(part[2]);
+      meta_.part_index = static_cast<int>(part[0]);
+      meta_.part_count = static_cast<int>(part[1]);
+    }
     o.fields = ParseFields(fields);
     o.label_field =
         label_field.is_none() ? DefaultLabelField(o.fields) : label_field.cast<std::string>();
@@ -297,10 +309,11 @@ void BindWriter(py::module_& m) {
       .def(
           py::init<const std::string&, const py::list&, const py::object&, std::vector<std::string>,
                    std::vector<double>, std::vector<double>, const std::string&, uint64_t, bool,
-                   bool, const std::string&>(),
+                   bool, const std::string&, std::vector<int64_t>>(),
           py::arg("path"), py::arg("fields"), py::arg("label_field"), py::arg("classes"),
           py::arg("mean"), py::arg("std"), py::arg("source_json"), py::arg("shard_size"),
-          py::arg("resume"), py::arg("append") = false, py::arg("append_from") = "")
+          py::arg("resume"), py::arg("append") = false, py::arg("append_from") = "",
+          py::arg("part") = std::vector<int64_t>())
       .def("append", &PyWriter::Append, py::arg("sample"))
       .def("close", &PyWriter::Close)
       .def("abandon", &PyWriter::Abandon)

@@ -249,6 +249,33 @@ def check_hugging_face(tmp):
     assert np.array_equal(kiln.Cache(path)[27]["image"], c[3]["image"])
 
 
+def check_merge_caches(tmp):
+    """kiln.merge joins two Writer caches in order, classes matched by name
+    (the second's labels mapped); caches with other fields are refused."""
+    a, b, out = (os.path.join(tmp, n) for n in ("a", "b", "out"))
+    write(a, range(30), classes=["c0", "c1", "c2", "c3", "c4"])
+    write(b, range(30, 50), classes=["c3", "c4", "c0", "new1", "new2"])
+    r = kiln.merge(out, [a, b])
+    assert r["records"] == 50 and r["rewritten_records"] == 20, r
+    m = kiln.Cache(out).manifest
+    assert m["classes"] == ["c0", "c1", "c2", "c3", "c4", "new1", "new2"], m["classes"]
+    assert m["appends"][0]["count_before"] == 30 and m["appends"][0]["count_after"] == 50
+    got, ca, cb = records(out), records(a), records(b)
+    assert got[:30] == ca
+    for i in range(20):  # the same fields; the label by name
+        old, new = cb[i], got[30 + i]
+        assert {k: v for k, v in old.items() if k != "label"} == \
+            {k: v for k, v in new.items() if k != "label"}
+        name_b = ["c3", "c4", "c0", "new1", "new2"][int(np.frombuffer(old["label"][2], "<i8")[0])]
+        assert m["classes"][int(np.frombuffer(new["label"][2], "<i8")[0])] == name_b
+    assert kiln.verify(out)["clean"]
+    other = os.path.join(tmp, "other")
+    with kiln.Writer(other, {"image": kiln.Field("uint8", (3, None, None))}) as w:
+        w.append({"image": np.zeros((3, 4, 4), np.uint8)})
+    expect_raises(ValueError, lambda: kiln.merge(os.path.join(tmp, "out2"), [a, other]),
+                  other, "fields")
+
+
 CHECKS = {name[len("check_"):]: fn for name, fn in globals().items()
           if name.startswith("check_")}
 

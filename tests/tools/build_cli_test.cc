@@ -168,6 +168,29 @@ TEST_CASE("kiln build takes its part from the launcher's environment, and kiln m
   CHECK_THAT(log, Catch::Contains("no part-*-of-* directories"));
 }
 
+TEST_CASE("kiln merge --from joins finished caches, and a difference is a usage error", "[cli]") {
+  TempDir a, b, c, out;
+  std::string log;
+  const std::string build = "build " + kFashion + " ";
+  REQUIRE(Kiln(build + a.path() + " --channels 1 --progress none", &log) == 0);
+  REQUIRE(Kiln(build + b.path() + " --channels 1 --progress none", &log) == 0);
+  REQUIRE(Kiln(build + c.path() + " --channels 1 --resize 32 --progress none", &log) == 0);
+  REQUIRE(Kiln("merge --from " + a.path() + " --from " + b.path() + " " + out.path(), &log) == 0);
+  CHECK_THAT(LineOf(log, "kiln merge:"),
+             Catch::Matches("kiln merge: 2 caches, 600 records in \\d+ shards, in " + kDuration +
+                            " -> " + out.path() + " \\(300 records rewritten\\)"));
+  // The same images twice: the duplicate report says so.
+  CHECK_THAT(log, Catch::Contains("300"));
+  CHECK(Kiln("verify " + out.path(), &log) == 0);
+  TempDir out2;
+  CHECK(Kiln("merge --from " + a.path() + " --from " + c.path() + " " + out2.path(), &log) == 2);
+  CHECK_THAT(log, Catch::Contains("resize"));
+  CHECK(Kiln("merge --from " + a.path() + " --from " + b.path() + " " + out2.path() + " " +
+                 a.path(),
+             &log) == 2);
+  CHECK_THAT(log, Catch::Contains("PART arguments"));
+}
+
 TEST_CASE("kiln verify OUT of a --val-fraction build checks both splits", "[cli]") {
   TempDir out;
   std::string log;

@@ -197,9 +197,11 @@ using InfoFn = std::function<void(const std::string& line)>;
 struct MergeResult {
   std::vector<std::string> caches;  // directories written
   uint64_t records = 0;
-  int parts = 0;
+  int parts = 0;  // parts joined (MergeCaches: caches joined)
   uint64_t shards = 0;
-  uint64_t copied_records = 0;  // rewritten because an earlier part rejected inputs
+  // Rewritten, not linked: a part after one that rejected inputs; a cache
+  // after the first of MergeCaches.
+  uint64_t copied_records = 0;
   DuplicateCounts duplicates;   // over the merged caches (OUT/duplicates.tsv)
   std::string duplicates_file;
   double seconds = 0;  // the whole merge, the duplicate report included
@@ -215,6 +217,23 @@ struct MergeResult {
 // unless keep_parts. Errors name the missing, incomplete or mismatched part.
 Status MergeParts(const std::string& out, const std::vector<std::string>& parts, bool keep_parts,
                   const std::function<void(const std::string&)>& info, MergeResult* result);
+
+// kiln merge --from A --from B OUT: one cache in OUT (new, or left by an
+// interrupted merge) of the records of the finished caches `from`, in that
+// order: A's records keep their indices, B's follow. Refused, saying what
+// differs, unless every cache has the same fields (names, dtypes, shapes,
+// codecs, label field) and the same tensor recipe (PreprocessingDifferences,
+// the split, both kiln build's or both another writer's). Classes are
+// matched by name: A's in order, then each later cache's new names; labels
+// are mapped to them. A's shards are hard-linked (copied across file
+// systems); a later cache's records are written again under their new
+// indices (an LMDB key and a checksum seed are a record's index), with
+// mapped labels. The manifest (written last, then OUT/duplicates.tsv) has
+// A's recipe with "merged" naming where each later cache came from and an
+// `appends` entry per later cache; OUT gets no sources.tsv. The inputs are
+// left as they were.
+Status MergeCaches(const std::string& out, const std::vector<std::string>& from,
+                   const std::function<void(const std::string&)>& info, MergeResult* result);
 
 // Builds (or resumes, or confirms up to date) the cache(s) described by
 // `options`, then finds duplicate records and train/val overlap over them

@@ -1,0 +1,123 @@
+#include "merge_records.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+
+#include "core/page_cache.h"
+#include "kiln/cache_reader.h"
+#include "kiln/cache_writer.h"
+
+namespace kiln::ingest {
+namespace fs = std::filesystem;
+
+Status LinkOrCopy(const std::string& from, const std::string& to, bool* copied) {
+  *copied = false;
+  if (::link(from.c_str(), to.c_str()) == 0) return Status::OK();
+  if (errno == EEXIST) {
+    std::error_code ec;
+    if (fs::equivalent(from, to, ec)) return Status::OK();  // a merge run before got this far
+    fs::remove(to, ec);
+    if (::link(from.c_str(), to.c_str()) == 0) return Status::OK();
+  }
+  if (errno == EXDEV || errno == EPERM || errno == EMLINK) {
+    std::error_code ec;
+    fs::copy_file(from, to, fs::copy_options::overwrite_existing, ec);
+    if (ec) return Status::IOError(to + ": cannot copy from " + from + ": " + ec.message());
+    *copied = true;
+    return Status::OK();
+  }
+  return Status::IOError(to + ": cannot link " + from + ": " + std::strerror(errno));
+}
+
+Status LinkShards(const std::string& dir, const std::vector<ShardInfo>& shards,
+                  const std::string& out, Manifest* merged, bool* copied) {
+  for (ShardInfo s : shards) {
+    const std::string name = ShardFileName(static_cast<int>(merged->shards.size()));
+    bool this_copied = false;
+    KILN_RETURN_IF_ERROR(LinkOrCopy(dir + "/" + s.file, out + "/" + name, &this_copied));
+    *copied = *copied || this_copied;
+    s.file = name;
+    merged->shards.push_back(s);
+  }
+  return Status::OK();
+}
+
+Status RewriteRecords(const std::string& dir, const Manifest& m, uint64_t first,
+                      const std::vector<int64_t>& label_map, const std::string& tmp,
+                      std::vector<ShardInfo>* shards) {
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+  std::unique_ptr<CacheReader> reader;
+  ReaderOptions ro;
+  ro.allow_part = true;
+  KILN_RETURN_IF_ERROR(CacheReader::Open(dir, ro, &reader));
+  WriterOptions wo;
+  wo.dtype = m.dtype;
+  wo.shape = m.shape;
+  wo.first_index = first;
+  const bool v2 = m.format_version == kFormatVersion2;
+  if (v2) {
+    wo.fields = m.fields;
+    if (m.label_field >= 0) wo.label_field = m.fields[m.label_field].name;
+    wo.commit_bytes = m.commit_bytes;
+  }
+  uint64_t bytes = 0;
+  for (const ShardInfo& s : m.shards) bytes = std::max(bytes, s.bytes);
+  wo.shard_size = std::max<uint64_t>(bytes, 1);
+  std::unique_ptr<CacheWriter> writer;
+  KILN_RETURN_IF_ERROR(CacheWriter::Open(wo, tmp, &writer));
+  auto relabel = [&](uint64_t index, int64_t label, int64_t* out) {
+    if (label_map.empty() || label < 0) {
+      *out = label;
+      return Status::OK();
+    }
+    if (static_cast<uint64_t>(label) >= label_map.size())
+      return Status::Corruption(dir + ": record " + std::to_string(index) + ": label " +
+                                std::to_string(label) + " is outside its " +
+                                std::to_string(label_map.size()) + " classes");
+    *out = label_map[label];
+    return Status::OK();
+  };
+  auto txn = reader->BeginRead();
+  // Index order is file order: the bytes past each record are asked of the
+  // disk ahead of the copy, so a cold cache is read sequentially (only the
+  // first record is read a page per fault).
+  SequentialReadAhead ahead;
+  for (uint64_t i = 0; i < m.count; ++i) {
+    const uint64_t index = m.first_index + i;
+    RecordView v;
+    KILN_RETURN_IF_ERROR(txn->Get(index, &v, /*verify_checksum=*/true));
+    ahead.Reached(v.data);
+    int64_t label = -1;
+    KILN_RETURN_IF_ERROR(relabel(index, v.label, &label));
+    if (v2) {
+      FieldData fields[kMaxFields];
+      int64_t label64 = label;
+      int32_t label32 = static_cast<int32_t>(label);
+      for (int f = 0; f < v.num_fields; ++f) {
+        fields[f] = {v.fields[f].dtype, v.fields[f].shape, v.fields[f].data, v.fields[f].codec,
+                     v.fields[f].codec == Codec::kRaw ? 0 : v.fields[f].bytes};
+        if (f == m.label_field && !label_map.empty())
+          fields[f].data = fields[f].dtype == DType::kInt64 ? static_cast<const void*>(&label64)
+                                                            : static_cast<const void*>(&label32);
+      }
+      KILN_RETURN_IF_ERROR(writer->AppendFields(first + i, fields, v.num_fields));
+    } else {
+      KILN_RETURN_IF_ERROR(writer->Append(first + i, label, v.data));
+    }
+    txn->Reset();
+  }
+  Manifest written = m;
+  written.first_index = first;
+  if (!label_map.empty()) written.classes.clear();  // a scratch manifest: only the shards are used
+  KILN_RETURN_IF_ERROR(writer->Finish(&written));
+  *shards = written.shards;
+  return Status::OK();
+}
+
+}  // namespace kiln::ingest

@@ -1,0 +1,38 @@
+// What both kinds of kiln merge do with records (internal): link a shard
+// file into the merged cache, or write a cache's records again under other
+// indices and labels.
+#ifndef KILN_SRC_INGEST_MERGE_RECORDS_H_
+#define KILN_SRC_INGEST_MERGE_RECORDS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kiln/manifest.h"
+#include "kiln/status.h"
+
+namespace kiln::ingest {
+
+// Hard-links `from` to `to` (a link left by an interrupted run counts);
+// copies it where the file systems differ or forbid links (*copied set).
+Status LinkOrCopy(const std::string& from, const std::string& to, bool* copied);
+
+// Links (LinkOrCopy) the `shards` of the directory `dir` into `out` as the
+// next shards of `merged` (shard-K.mdb from K = merged's shard count on),
+// appending their entries; sets *copied when one was copied.
+Status LinkShards(const std::string& dir, const std::vector<ShardInfo>& shards,
+                  const std::string& out, Manifest* merged, bool* copied);
+
+// Writes the records of the cache (or part) in `dir`, whose manifest is
+// `m`, again into the empty directory `tmp` (removed first) under the
+// indices `first`.. , each checked against its checksum on the way; a
+// label l becomes label_map[l] (label_map empty: labels kept). Shards are
+// cut as m's largest shard, batched as m's commits. *shards gets the new
+// shards (file names inside `tmp`, global firsts).
+Status RewriteRecords(const std::string& dir, const Manifest& m, uint64_t first,
+                      const std::vector<int64_t>& label_map, const std::string& tmp,
+                      std::vector<ShardInfo>* shards);
+
+}  // namespace kiln::ingest
+
+#endif  // KILN_SRC_INGEST_MERGE_RECORDS_H_

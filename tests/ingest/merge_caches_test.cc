@@ -1,0 +1,207 @@
+// MergeCaches (kiln merge --from A --from B OUT): finished caches with the
+// same fields and recipe join in order, classes matched by name; caches
+// that differ are refused with the reason. The command line: tests/tools.
+#include <sys/stat.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "ingest_test_util.h"
+#include "kiln/cache_reader.h"
+#include "kiln/ingest/build.h"
+#include "kiln/manifest.h"
+#include "test_util.h"
+
+using namespace kiln;
+using namespace kiln::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Fashion-MNIST's sample classes whose folder names start with a digit in
+// `digits`, every file (`half` 0) or the even (1) or odd (2) ones.
+void CopyClasses(const std::string& to, const std::string& digits, int half = 0) {
+  for (const auto& cls : fs::directory_iterator(kFashion)) {
+    const std::string name = cls.path().filename().string();
+    if (digits.find(name[0]) == std::string::npos) continue;
+    std::vector<fs::path> files;
+    for (const auto& f : fs::directory_iterator(cls.path())) files.push_back(f.path());
+    std::sort(files.begin(), files.end());
+    fs::create_directories(fs::path(to) / name);
+    for (size_t i = 0; i < files.size(); ++i)
+      if (half == 0 || static_cast<int>(i % 2) == half - 1)
+        fs::copy_file(files[i], fs::path(to) / name / files[i].filename());
+  }
+}
+
+ingest::BuildOptions Options(const std::string& src, const std::string& out) {
+  ingest::BuildOptions o = BuildOf(src, out);
+  o.channels = 1;
+  o.norm = NormKind::kExplicit;  // the same for every source tree
+  o.mean = {0.3};
+  o.std = {0.35};
+  o.shard_size = 60 * 28 * 28 * 2;  // several shards
+  return o;
+}
+
+// Every record: (class name, payload bytes).
+std::vector<std::pair<std::string, std::string>> Records(const std::string& dir) {
+  std::unique_ptr<CacheReader> r;
+  const Status s = CacheReader::Open(dir, ReaderOptions(), &r);
+  INFO(s.ToString());
+  REQUIRE(s.ok());
+  auto txn = r->BeginRead();
+  std::vector<std::pair<std::string, std::string>> out;
+  for (uint64_t i = 0; i < r->size(); ++i) {
+    RecordView v;
+    REQUIRE(txn->Get(i, &v, true).ok());
+    out.emplace_back(r->manifest().classes.at(static_cast<size_t>(v.label)),
+                     std::string(reinterpret_cast<const char*>(v.data), v.bytes));
+    txn->Reset();
+  }
+  return out;
+}
+
+struct Merged {
+  Status status;
+  ingest::MergeResult result;
+  std::string log;
+};
+
+Merged Merge(const std::string& out, const std::vector<std::string>& from) {
+  Merged m;
+  m.status = ingest::MergeCaches(
+      out, from, [&m](const std::string& l) { m.log += l + "\n"; }, &m.result);
+  return m;
+}
+
+ino_t Inode(const std::string& path) {
+  struct stat st {};
+  REQUIRE(::stat(path.c_str(), &st) == 0);
+  return st.st_ino;
+}
+
+}  // namespace
+
+TEST_CASE("merge --from joins two caches in order, classes matched by name",
+          "[build][merge]") {
+  TempDir srcA, srcB, a, b, out;
+  CopyClasses(srcA.path(), "01234");
+  CopyClasses(srcB.path(), "3456789");  // 3 and 4 shared, the rest new, in another position
+  REQUIRE(Build(Options(srcA.path(), a.path())).status.ToString() == "OK");
+  REQUIRE(Build(Options(srcB.path(), b.path())).status.ToString() == "OK");
+  const auto files_a = CacheFiles(a.path()), files_b = CacheFiles(b.path());
+  Manifest ma, mb;
+  REQUIRE(ReadManifest(a.path(), &ma).ok());
+  REQUIRE(ReadManifest(b.path(), &mb).ok());
+
+  const Merged m = Merge(out.path(), {a.path(), b.path()});
+  REQUIRE(m.status.ToString() == "OK");
+  CHECK(m.result.records == ma.count + mb.count);
+  CHECK(m.result.copied_records == mb.count);
+  CHECK_THAT(m.log, Catch::Contains("labels mapped"));
+  Manifest merged;
+  REQUIRE(ReadManifest(out.path(), &merged).ok());
+  REQUIRE(merged.classes.size() == 10);  // 0..4 from A, then 5..9 from B
+  for (size_t i = 0; i < 10; ++i) CHECK(merged.classes[i][0] == static_cast<char>('0' + i));
+  // A's records, then B's, each with its own class name and bytes.
+  auto want = Records(a.path());
+  const auto of_b = Records(b.path());
+  want.insert(want.end(), of_b.begin(), of_b.end());
+  CHECK(Records(out.path()) == want);
+  // A's shards are linked, not copied; the merged cache verifies; the inputs are untouched.
+  CHECK(Inode(out / "shard-00000.mdb") == Inode(a / ma.shards[0].file));
+  CHECK(Problems(out.path()) == "");
+  CHECK(CacheFiles(a.path()) == files_a);
+  CHECK(CacheFiles(b.path()) == files_b);
+  // The manifest says where the records came from.
+  REQUIRE(merged.appends.size() == 1);
+  CHECK(merged.appends[0].count_before == ma.count);
+  CHECK(merged.appends[0].count_after == ma.count + mb.count);
+  CHECK_THAT(merged.appends[0].from, Catch::Contains(b.path()));
+  CHECK_THAT(merged.preprocessing.ToJson(), Catch::Contains("\"merged\""));
+  CHECK(fs::exists(out / kDuplicatesTsvName));
+  // A's sources alone no longer make this cache: a build of them calls it stale.
+  const Built again = Build(Options(srcA.path(), out.path()));
+  CHECK(again.status.IsStale());
+  CHECK_THAT(again.status.message(), Catch::Contains("merged"));
+  // The merged cache merges on with a third (classes already there).
+  TempDir srcC, c, out2;
+  CopyClasses(srcC.path(), "9");
+  REQUIRE(Build(Options(srcC.path(), c.path())).status.ToString() == "OK");
+  const Merged m2 = Merge(out2.path(), {out.path(), c.path()});
+  REQUIRE(m2.status.ToString() == "OK");
+  Manifest three;
+  REQUIRE(ReadManifest(out2.path(), &three).ok());
+  CHECK(three.classes == merged.classes);
+  CHECK(three.appends.size() == 2);
+  CHECK(Records(out2.path()).back().first == merged.classes[9]);
+}
+
+TEST_CASE("merge --from with equal classes keeps the labels, and resumes after a kill",
+          "[build][merge]") {
+  TempDir srcA, srcB, a, b, out;
+  CopyClasses(srcA.path(), "0123456789", 1);
+  CopyClasses(srcB.path(), "0123456789", 2);
+  REQUIRE(Build(Options(srcA.path(), a.path())).status.ToString() == "OK");
+  REQUIRE(Build(Options(srcB.path(), b.path())).status.ToString() == "OK");
+  REQUIRE(Merge(out.path(), {a.path(), b.path()}).status.ToString() == "OK");
+  auto want = Records(a.path());
+  const auto of_b = Records(b.path());
+  want.insert(want.end(), of_b.begin(), of_b.end());
+  CHECK(Records(out.path()) == want);
+  const auto files = CacheFiles(out.path());
+  // Killed before the manifest was published: links and a scratch
+  // directory are left; the merge run again ends with the same bytes
+  // (but the time in the appends entry).
+  fs::remove(out / kManifestName);
+  fs::create_directories(out / ".merge-from-1");
+  const Merged again = Merge(out.path(), {a.path(), b.path()});
+  REQUIRE(again.status.ToString() == "OK");
+  for (const auto& [name, bytes] : files)
+    if (name != kManifestName) CHECK(ReadFile(out / name) == bytes);
+  CHECK(!fs::exists(out / ".merge-from-1"));
+  CHECK(Problems(out.path()) == "");
+}
+
+TEST_CASE("merge --from refuses caches that differ, parts, and a used OUT", "[build][merge]") {
+  TempDir src, a, b, part, out;
+  CopyClasses(src.path(), "01");
+  REQUIRE(Build(Options(src.path(), a.path())).status.ToString() == "OK");
+  ingest::BuildOptions other = Options(src.path(), b.path());
+  other.resize = 32;
+  other.crop = 32;
+  REQUIRE(Build(other).status.ToString() == "OK");
+  Merged m = Merge(out.path(), {a.path(), b.path()});
+  CHECK(m.status.IsInvalidArgument());
+  CHECK_THAT(m.status.message(), Catch::Contains(b.path()) && Catch::Contains("resize"));
+  CHECK(!fs::exists(out / kManifestName));
+
+  ingest::BuildOptions p = Options(src.path(), part.path());
+  p.num_parts = 2;
+  p.part = 0;
+  REQUIRE(Build(p).status.ToString() == "OK");
+  m = Merge(out.path(), {a.path(), part / "part-00000-of-00002"});
+  CHECK(m.status.IsInvalidArgument());
+  CHECK_THAT(m.status.message(), Catch::Contains("kiln merge OUT"));
+
+  m = Merge(out.path(), {a.path(), a.path()});
+  CHECK_THAT(m.status.message(), Catch::Contains("given twice"));
+  m = Merge(out.path(), {a.path()});
+  CHECK_THAT(m.status.message(), Catch::Contains("two caches or more"));
+  m = Merge(out.path(), {a.path(), out / "missing"});
+  CHECK(m.status.IsNotFound());
+  // OUT holding anything else is refused, and so is OUT holding a finished cache.
+  WriteFile(out / "notes.txt", "mine");
+  TempDir copy;
+  CopyClasses(copy.path(), "01");
+  TempDir c;
+  REQUIRE(Build(Options(copy.path(), c.path())).status.ToString() == "OK");
+  m = Merge(out.path(), {a.path(), c.path()});
+  CHECK_THAT(m.status.message(), Catch::Contains("notes.txt"));
+  m = Merge(b.path(), {a.path(), c.path()});
+  CHECK_THAT(m.status.message(), Catch::Contains("already holds a finished cache"));
+}
