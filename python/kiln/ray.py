@@ -31,6 +31,7 @@ import shutil
 import subprocess
 
 from . import _kiln
+from .writer import SKIPPED_HEADER, SKIPPED_NAME, write_dataset as _write_dataset
 
 
 def _ray():
@@ -51,9 +52,8 @@ def _parts(parts, n, ray):
     return max(1, min(int(parts), max(int(n), 1)))
 
 
-def _manifest(path):
-    with open(os.path.join(path, "manifest.json")) as f:
-        return json.load(f)
+def _manifest_path(path):
+    return os.path.join(path, _kiln.MANIFEST_NAME)
 
 
 def _kiln_command(kiln):
@@ -115,15 +115,12 @@ def build(src, out, *args, parts=None, kiln=None, num_cpus=1):
 def _write_part(dataset, path, fields, part, options, writer_args):
     """A task: kiln.write_dataset of one part (a ray.data block is read as
     an iterable of its rows)."""
-    from .writer import SKIPPED_NAME, write_dataset
-    skipped = os.path.join(path, SKIPPED_NAME)
-    if os.path.exists(os.path.join(path, "manifest.json")):  # a run before finished it
-        with open(skipped) as f:
-            return f.read()
-    if hasattr(dataset, "iter_rows"):
-        dataset = dataset.iter_rows()
-    write_dataset(dataset, path, fields, _part=part, progress=False, **options, **writer_args)
-    with open(skipped) as f:
+    if not os.path.exists(_manifest_path(path)):  # else a run before finished it
+        if hasattr(dataset, "iter_rows"):
+            dataset = dataset.iter_rows()
+        _write_dataset(dataset, path, fields, _part=part, progress=False, **options,
+                       **writer_args)
+    with open(os.path.join(path, SKIPPED_NAME)) as f:
         return f.read()
 
 
@@ -144,30 +141,28 @@ def write_dataset(dataset, path, fields, /, parts=None, strict=False, resume=Tru
     :class:`kiln.Writer`. An interrupted run resumes its parts."""
     ray = _ray()
     path = os.path.abspath(os.fspath(path))
-    if os.path.exists(os.path.join(path, "manifest.json")):
+    if os.path.exists(_manifest_path(path)):
         raise ValueError("%s already holds a finished cache; write into a new directory" % path)
-    blocks = None
-    if hasattr(dataset, "split_at_indices") and hasattr(dataset, "iter_rows"):
+    ray_data = hasattr(dataset, "split_at_indices") and hasattr(dataset, "iter_rows")
+    if ray_data:
         total = dataset.count()
         writer_args.setdefault("dataset", type(dataset).__name__)
     else:
         total = len(dataset)
     n = _parts(parts, total, ray)
     bounds = [total * i // n for i in range(n + 1)]
-    if hasattr(dataset, "split_at_indices"):
-        blocks = dataset.split_at_indices(bounds[1:-1])
+    blocks = dataset.split_at_indices(bounds[1:-1]) if ray_data else None
     os.makedirs(path, exist_ok=True)
-    shared = None if blocks is not None else ray.put(dataset)
+    shared = None if ray_data else ray.put(dataset)
     task = ray.remote(num_cpus=num_cpus)(_write_part)
     dirs = [os.path.join(path, _kiln.part_dir_name(i, n)) for i in range(n)]
     options = {"strict": strict, "resume": resume}
-    pending = [task.remote(blocks[i] if blocks is not None else shared, dirs[i], fields,
+    pending = [task.remote(blocks[i] if ray_data else shared, dirs[i], fields,
                            (i, n, bounds[i], bounds[i + 1]), options, writer_args)
                for i in range(n)]
     logs = _all(ray, pending, "kiln.ray.write_dataset")
     # The parts' skip logs (global indices, in order) become the cache's.
-    from .writer import SKIPPED_NAME
-    lines = ["index\treason\n"]
+    lines = [SKIPPED_HEADER]
     for text in logs:
         lines += text.splitlines(keepends=True)[1:]
     tmp = os.path.join(path, SKIPPED_NAME + ".tmp")
@@ -175,4 +170,5 @@ def write_dataset(dataset, path, fields, /, parts=None, strict=False, resume=Tru
         f.writelines(lines)
     _kiln.merge_parts(path, dirs, False)
     os.replace(tmp, os.path.join(path, SKIPPED_NAME))
-    return _manifest(path)
+    with open(_manifest_path(path)) as f:
+        return json.load(f)

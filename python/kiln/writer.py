@@ -285,6 +285,7 @@ def _worker_results(slots, workers, start, n):
 
 
 SKIPPED_NAME = "skipped.tsv"
+SKIPPED_HEADER = "index\treason\n"  # then one "INDEX\tREASON" line per skipped sample
 
 
 def _skipped_name(base):
@@ -423,7 +424,7 @@ def write_dataset(dataset, path, fields, /, workers=0, strict=False, progress=Tr
                          % (path, written, records, len(skipped)))
     log_path = os.path.join(path, log_name)
     log = open(log_path, "w")
-    log.write("index\treason\n")
+    log.write(SKIPPED_HEADER)
     for index in sorted(i for i in skipped if i < start):
         log.write("%d\t%s\n" % (index, skipped[index]))
     log.flush()

@@ -23,6 +23,7 @@
 #include "core/lmdb_env.h"
 #include "core/shard_digest.h"
 #include "core/shard_write.h"
+#include "core/units.h"
 #include "kiln/cache_layout.h"
 #include "kiln/dir_lock.h"
 
@@ -499,12 +500,7 @@ class CacheWriter::Impl {
     e.count_before = base_.count;
     e.count_after = next_ - FirstIndex();
     e.from = opt_.append_from;
-    char when[32];
-    const std::time_t now = std::time(nullptr);
-    std::tm tm{};
-    ::gmtime_r(&now, &tm);
-    std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    e.time = when;
+    e.time = UtcNowIso8601();
     meta->appends.push_back(std::move(e));
     return Status::OK();
   }

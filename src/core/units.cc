@@ -1,5 +1,7 @@
 #include "core/units.h"
 
+#include <ctime>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -70,6 +72,15 @@ std::string FormatDuration(double seconds) {
 
 std::string FormatByteRate(double bytes, double seconds) {
   return seconds > 0 ? FormatByteSize(bytes / seconds) + "/s" : std::string();
+}
+
+std::string UtcNowIso8601() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  ::gmtime_r(&now, &tm);
+  char when[32];
+  std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return when;
 }
 
 }  // namespace kiln

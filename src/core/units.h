@@ -31,6 +31,10 @@ std::string FormatDuration(double seconds);
 // "" when `seconds` is not positive.
 std::string FormatByteRate(double bytes, double seconds);
 
+// The time now in UTC, ISO 8601 to the second ("2026-12-07T02:14:09Z"): an
+// appends entry's "time" (kiln/manifest.h's AppendEntry).
+std::string UtcNowIso8601();
+
 }  // namespace kiln
 
 #endif  // KILN_SRC_CORE_UNITS_H_

@@ -12,7 +12,6 @@
 #include "core/file.h"
 #include "kiln/ingest/build.h"
 #include "kiln/manifest.h"
-#include "kiln/verify.h"
 #include "sources_tsv.h"
 
 namespace kiln::ingest {
@@ -84,14 +83,7 @@ Status MergeOne(const std::string& out, std::vector<std::string> dirs, bool keep
       return Status::InvalidArgument(p.dir + " was built differently from " + parts[0].dir + " (" +
                                      all + "): build every part with the same command");
     }
-    VerifyOptions vo;
-    vo.level = VerifyLevel::kQuick;
-    VerifyReport r;
-    KILN_RETURN_IF_ERROR(VerifyCache(p.dir, vo, &r));
-    if (!r.clean())
-      return Status::Corruption(
-          p.dir + ": kiln verify --level quick finds " + std::to_string(r.problems.size()) +
-          " problem(s), first: " + r.problems[0].what + "; rebuild this part");
+    KILN_RETURN_IF_ERROR(CheckInputQuick(p.dir, "rebuild this part"));
   }
   std::error_code ec;
   fs::create_directories(out, ec);
@@ -134,11 +126,7 @@ Status MergeOne(const std::string& out, std::vector<std::string> dirs, bool keep
   // part saw.
   merged.format_version = parts[0].m.format_version;
   merged.fields = parts[0].m.fields;
-  for (const Part& p : parts)
-    for (size_t f = 0; f < merged.fields.size() && f < p.m.fields.size(); ++f)
-      for (int i = 0; i < kMaxDims; ++i)
-        merged.fields[f].max_dims[i] =
-            std::max(merged.fields[f].max_dims[i], p.m.fields[f].max_dims[i]);
+  for (const Part& p : parts) WidenMaxDims(p.m, &merged);
   merged.image_field = parts[0].m.image_field;
   merged.label_field = parts[0].m.label_field;
   merged.commit_bytes = parts[0].m.commit_bytes;

@@ -2,14 +2,13 @@
 // caches with the same fields and recipe, in the order given.
 #include <algorithm>
 #include <chrono>
-#include <ctime>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "core/units.h"
 #include "duplicate_report.h"
 #include "kiln/ingest/build.h"
 #include "kiln/manifest.h"
-#include "kiln/verify.h"
 #include "merge_records.h"
 
 namespace kiln::ingest {
@@ -58,15 +57,6 @@ std::vector<std::string> Conflicts(const Manifest& a, const Manifest& b) {
   else if (a.preprocessing.split != b.preprocessing.split)
     out.push_back("split: \"" + a.preprocessing.split + "\" vs \"" + b.preprocessing.split + "\"");
   return out;
-}
-
-std::string UtcNow() {
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  ::gmtime_r(&now, &tm);
-  char when[32];
-  std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return when;
 }
 
 // The merged cache's recipe: the first cache's, with "merged" listing
@@ -165,17 +155,8 @@ Status MergeCaches(const std::string& out, const std::vector<std::string>& from,
                                      "): only caches with the same fields and recipe merge; "
                                      "build or write it as the other was");
   }
-  for (const Input& x : in) {
-    VerifyOptions vo;
-    vo.level = VerifyLevel::kQuick;
-    VerifyReport r;
-    KILN_RETURN_IF_ERROR(VerifyCache(x.dir, vo, &r));
-    if (!r.clean())
-      return Status::Corruption(x.dir + ": kiln verify --level quick finds " +
-                                std::to_string(r.problems.size()) +
-                                " problem(s), first: " + r.problems[0].what +
-                                "; repair or rebuild it before merging");
-  }
+  for (const Input& x : in)
+    KILN_RETURN_IF_ERROR(CheckInputQuick(x.dir, "repair or rebuild it before merging"));
   std::vector<std::string> classes;
   KILN_RETURN_IF_ERROR(ReconcileClasses(&in, &classes));
 
@@ -229,11 +210,8 @@ Status MergeCaches(const std::string& out, const std::vector<std::string>& from,
   merged.kiln_version = KilnVersion();
   merged.count = next;
   merged.shards.clear();
-  for (const Input& x : in)
-    for (size_t f = 0; f < merged.fields.size() && f < x.m.fields.size(); ++f)
-      for (int d = 0; d < kMaxDims; ++d)
-        merged.fields[f].max_dims[d] = std::max(merged.fields[f].max_dims[d], x.m.fields[f].max_dims[d]);
-  const std::string when = UtcNow();
+  for (const Input& x : in) WidenMaxDims(x.m, &merged);
+  const std::string when = UtcNowIso8601();
   for (size_t i = 1; i < in.size(); ++i)
     merged.appends.push_back(
         {in[i].first, in[i].first + in[i].m.count, when, "kiln merge --from " + in[i].dir});

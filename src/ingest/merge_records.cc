@@ -11,6 +11,7 @@
 #include "core/page_cache.h"
 #include "kiln/cache_reader.h"
 #include "kiln/cache_writer.h"
+#include "kiln/verify.h"
 
 namespace kiln::ingest {
 namespace fs = std::filesystem;
@@ -32,6 +33,24 @@ Status LinkOrCopy(const std::string& from, const std::string& to, bool* copied) 
     return Status::OK();
   }
   return Status::IOError(to + ": cannot link " + from + ": " + std::strerror(errno));
+}
+
+Status CheckInputQuick(const std::string& dir, const std::string& todo) {
+  VerifyOptions vo;
+  vo.level = VerifyLevel::kQuick;
+  VerifyReport r;
+  KILN_RETURN_IF_ERROR(VerifyCache(dir, vo, &r));
+  if (!r.clean())
+    return Status::Corruption(dir + ": kiln verify --level quick finds " +
+                              std::to_string(r.problems.size()) +
+                              " problem(s), first: " + r.problems[0].what + "; " + todo);
+  return Status::OK();
+}
+
+void WidenMaxDims(const Manifest& m, Manifest* merged) {
+  for (size_t f = 0; f < merged->fields.size() && f < m.fields.size(); ++f)
+    for (int i = 0; i < kMaxDims; ++i)
+      merged->fields[f].max_dims[i] = std::max(merged->fields[f].max_dims[i], m.fields[f].max_dims[i]);
 }
 
 Status LinkShards(const std::string& dir, const std::vector<ShardInfo>& shards,

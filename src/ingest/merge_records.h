@@ -23,6 +23,15 @@ Status LinkOrCopy(const std::string& from, const std::string& to, bool* copied);
 Status LinkShards(const std::string& dir, const std::vector<ShardInfo>& shards,
                   const std::string& out, Manifest* merged, bool* copied);
 
+// kiln verify --level quick of an input of a merge: Corruption naming DIR,
+// the count and the first problem, then `todo` ("rebuild this part"),
+// when it is not clean.
+Status CheckInputQuick(const std::string& dir, const std::string& todo);
+
+// Widens each field's largest sizes in *merged to take `m`'s (the fields
+// of both in the same order).
+void WidenMaxDims(const Manifest& m, Manifest* merged);
+
 // Writes the records of the cache (or part) in `dir`, whose manifest is
 // `m`, again into the empty directory `tmp` (removed first) under the
 // indices `first`.. , each checked against its checksum on the way; a

@@ -58,6 +58,7 @@ void BindMerge(py::module_& m) {
       },
       py::arg("out"), py::arg("parts") = std::vector<std::string>(), py::arg("keep_parts") = false,
       "kiln merge OUT [PART...]: the parts of one cache joined into OUT (MergeParts)");
+  m.attr("MANIFEST_NAME") = kManifestName;
   m.def("part_dir_name", &PartDirName, py::arg("part"), py::arg("num_parts"),
         "The directory of part `part` (0-based) of `num_parts`: part-IIIII-of-NNNNN");
 }
