@@ -111,10 +111,20 @@ class Writer:
         return self._native.append(sample)
 
     def close(self):
-        """Finishes the cache (writes its manifest); returns the manifest as a dict."""
+        """Finishes the cache (writes its manifest, then ``duplicates.tsv``);
+        returns the manifest as a dict."""
         if self.manifest is None:
             self.manifest = json.loads(self._native.close())
         return self.manifest
+
+    @property
+    def duplicates(self):
+        """After ``close()``: what ``path/duplicates.tsv`` reports (records
+        equal in every field but the label, docs/format.md), as a dict of
+        ``groups``, ``repeats`` and ``label_conflicts``; after an append, over
+        the old and the new records. None before ``close()`` and for a part
+        (its parts' merge writes the report)."""
+        return self._native.duplicates
 
     def __enter__(self):
         return self

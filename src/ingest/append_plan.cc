@@ -54,6 +54,13 @@ Status PlanAppend(const std::string& dir, const SourceList& src, AppendPlan* out
   KILN_RETURN_IF_ERROR(SettlePendingLists(dir, out->base));
   const std::string tsv = dir + "/" + kSourcesTsvName;
   const Status listed = ReadSourcesTsv(tsv, &out->recorded);
+  // A merge of finished caches (kiln merge --from) came from several trees.
+  if (listed.IsNotFound() &&
+      nlohmann::json::parse(out->base.preprocessing.ToJson(), nullptr, false).contains("merged"))
+    return Status::InvalidArgument(
+        dir + ": a merge of several caches (kiln merge --from), not one source tree's: "
+              "append the new files to the cache of their own tree (kiln build --append), then "
+              "merge again");
   if (listed.IsNotFound())
     return Status::InvalidArgument(tsv + ": missing, so the sources the cache holds are not "
                                          "known: --append needs a cache made by kiln build");

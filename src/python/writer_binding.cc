@@ -6,11 +6,14 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "ingest/duplicate_report.h"
+#include "kiln/cache_layout.h"
 #include "kiln/cache_writer.h"
 #include "kiln/manifest.h"
 #include "python/binding.h"
@@ -137,6 +140,12 @@ class PyWriter {
     if (!append || !mean.empty())
       Check(Preprocessing::FromJson(p.dump(), "kiln.Writer", &meta_.preprocessing));
     Check(CacheWriter::Open(o, path, &writer_));
+    // A whole cache gets OUT/duplicates.tsv when it is finished, as kiln
+    // build's does (a part's are found when the parts are merged). An
+    // append's report covers old and new records: the old one goes now, so
+    // that a cache is never left with a report of fewer records than it holds.
+    report_duplicates_ = part.empty();
+    if (append) std::remove((path + "/" + kDuplicatesTsvName).c_str());
     if (append && meta_.classes.empty()) {
       Manifest base;
       Check(ReadManifest(path, &base));
@@ -264,10 +273,27 @@ class PyWriter {
     {
       py::gil_scoped_release unlocked;
       s = writer_->Finish(&meta_);
+      writer_.reset();
+      // The records' fingerprints, the old shards' kept from the last
+      // report (.fingerprints/): an append hashes only its own records.
+      if (s.ok() && report_duplicates_)
+        s = ingest::ReportDuplicates(path_, {{"", path_}}, 0, &duplicates_)
+                .WithContext("kiln.Writer(" + path_ + "): the cache is finished, but its "
+                             "duplicate report (" + kDuplicatesTsvName + ") could not be written");
     }
-    writer_.reset();
     Check(s);
+    reported_ = report_duplicates_;
     return ManifestToJson(meta_);
+  }
+
+  // After close(): what OUT/duplicates.tsv reports, or None (a part).
+  py::object Duplicates() const {
+    if (!reported_) return py::none();
+    py::dict d;
+    d["groups"] = duplicates_.groups;
+    d["repeats"] = duplicates_.repeats;
+    d["label_conflicts"] = duplicates_.label_conflicts;
+    return d;
   }
 
   // Drops the writer without a manifest: what was committed stays, for a
@@ -284,6 +310,9 @@ class PyWriter {
   int label_index_ = -1;  // the label field, or -1
   Manifest meta_;
   std::unique_ptr<CacheWriter> writer_;
+  bool report_duplicates_ = false;  // not a part
+  bool reported_ = false;           // close() wrote duplicates.tsv
+  DuplicateCounts duplicates_;
 };
 
 }  // namespace
@@ -319,7 +348,8 @@ void BindWriter(py::module_& m) {
       .def("abandon", &PyWriter::Abandon)
       .def_property_readonly("closed", &PyWriter::closed)
       .def_property_readonly("next_index", &PyWriter::NextIndex)
-      .def_property_readonly("append_base", &PyWriter::AppendBase);
+      .def_property_readonly("append_base", &PyWriter::AppendBase)
+      .def_property_readonly("duplicates", &PyWriter::Duplicates);
 }
 
 }  // namespace kiln::python

@@ -128,6 +128,13 @@ TEST_CASE("merge --from joins two caches in order, classes matched by name",
   const Built again = Build(Options(srcA.path(), out.path()));
   CHECK(again.status.IsStale());
   CHECK_THAT(again.status.message(), Catch::Contains("merged"));
+  // --append has no one source tree to add to: it says so and what to do.
+  ingest::BuildOptions append = Options(srcA.path(), out.path());
+  append.append = true;
+  const Built appended = Build(append);
+  CHECK(appended.status.IsInvalidArgument());
+  CHECK_THAT(appended.status.message(), Catch::Contains("a merge of several caches") &&
+                                            Catch::Contains("merge again"));
   // The merged cache merges on with a third (classes already there).
   TempDir srcC, c, out2;
   CopyClasses(srcC.path(), "9");

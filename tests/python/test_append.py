@@ -276,6 +276,47 @@ def check_merge_caches(tmp):
                   other, "fields")
 
 
+def duplicate_lines(path):
+    """duplicates.tsv's lines after the header, as (group, record, label) tuples."""
+    lines = open(os.path.join(path, "duplicates.tsv")).read().splitlines()
+    assert lines[0] == "group\tsplit\trecord\tlabel\tclass\tpath", lines[0]
+    return [tuple(int(line.split("\t")[k]) for k in (0, 2, 3)) for line in lines[1:]]
+
+
+def check_writer_duplicates(tmp):
+    """A finished Writer cache has duplicates.tsv, as a kiln build cache
+    does; an append's report covers its records against the old ones (the
+    old shards' fingerprints kept from the first report); a part has none."""
+    path = os.path.join(tmp, "c")
+    with kiln.Writer(path, FIELDS, classes=CLASSES, shard_size=20000) as w:
+        for i in range(20):
+            w.append(sample(i))
+        w.append(sample(7))  # record 20 = record 7
+        assert w.duplicates is None
+    assert w.duplicates == {"groups": 1, "repeats": 1, "label_conflicts": 0}, w.duplicates
+    assert duplicate_lines(path) == [(0, 7, 2), (0, 20, 2)]
+    prints = sorted(os.listdir(os.path.join(path, ".fingerprints")))
+    assert len(prints) == len(shards(path)), prints
+    with kiln.Writer(path, FIELDS, shard_size=20000, mode="append") as w:
+        w.append(sample(30))
+        other = sample(3)
+        other["label"] = 4  # the pixels of record 3 under another class
+        w.append(other)
+        w.append(sample(30))
+    assert w.duplicates == {"groups": 3, "repeats": 3, "label_conflicts": 1}, w.duplicates
+    assert duplicate_lines(path) == [(0, 3, 3), (0, 22, 4), (1, 7, 2), (1, 20, 2),
+                                     (2, 21, 0), (2, 23, 0)], duplicate_lines(path)
+    # The old shards' prints were kept, not made again; each new shard has its own.
+    now = sorted(os.listdir(os.path.join(path, ".fingerprints")))
+    assert set(prints) <= set(now) and len(now) == len(shards(path)), (prints, now)
+    assert kiln.verify(path)["clean"]
+    part = os.path.join(tmp, "part")
+    with kiln.Writer(part, FIELDS, classes=CLASSES, part=(0, 2, 0)) as w:
+        w.append(sample(1))
+        w.append(sample(1))
+    assert w.duplicates is None and not os.path.exists(os.path.join(part, "duplicates.tsv"))
+
+
 CHECKS = {name[len("check_"):]: fn for name, fn in globals().items()
           if name.startswith("check_")}
 
