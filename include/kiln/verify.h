@@ -37,6 +37,9 @@ struct VerifyOptions {
   // with final = true): records checked of the manifest's count, payload
   // bytes checksummed. May print. Empty = no progress.
   std::function<void(const Progress&)> progress;
+  // Bytes of records checksummed at a time, while the next block's headers
+  // are read; 0 = 64 MB. Smaller only to test the hand-over between blocks.
+  uint64_t block_bytes = 0;
 };
 
 // One thing found wrong. `index` is -1 when the problem is not one record's.

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <thread>
 
 #include "core/encoded_image.h"
 #include "core/file.h"
@@ -195,6 +196,24 @@ class Verifier {
     SequentialReadAhead ahead;
     std::vector<Slot> block;
     uint64_t block_bytes = 0;
+    const uint64_t block_limit = opt_.block_bytes ? opt_.block_bytes : kBlockBytes;
+    // A block's checksums run on the arena's threads while this one walks
+    // the next block (its headers, its page faults, the read-ahead advice):
+    // the walk is serial, and waiting for it left the checksum threads idle.
+    // Its counts and the progress callback stay on this thread.
+    std::vector<Slot> checking_slots;
+    std::thread checking;
+    auto settle = [&] {
+      if (!checking.joinable()) return;
+      checking.join();
+      CountChecked(checking_slots);
+      checking_slots.clear();
+    };
+    auto check_async = [&](std::vector<Slot> slots) {
+      settle();
+      checking_slots = std::move(slots);
+      checking = std::thread([this, &info, &checking_slots] { CheckPayloads(info, checking_slots); });
+    };
     // The stored checksums in key order, for the shard's digest; reserved
     // for the records the shard holds (the structure walk counted them), not
     // for the manifest's count, which may claim 2^40 of them.
@@ -229,14 +248,18 @@ class Verifier {
         block_bytes += v.mv_size;
       }
       if (!full) block.clear();
-      if (block_bytes >= kBlockBytes) {
-        CheckPayloads(info, block);
+      if (block_bytes >= block_limit) {
+        check_async(std::move(block));
         block.clear();
         block_bytes = 0;
       }
       return true;
     });
-    if (full) CheckPayloads(info, block);
+    settle();
+    if (full) {
+      CheckPayloads(info, block);
+      CountChecked(block);
+    }
     if (!s.ok()) Problem(Kind::kShardFile, -1, info.file, "cannot read shard: " + s.message());
     Missing(info, expect, end);
     if (found != info.count)
@@ -339,6 +362,11 @@ class Verifier {
     } else {
       work();
     }
+  }
+
+  // On the calling thread, once a block is checked.
+  void CountChecked(const std::vector<Slot>& slots) {
+    if (slots.empty()) return;
     for (const Slot& s : slots) rep_->bytes_checked += s.size;
     shard_done_ += slots.size();
     Report(progress_done_ + shard_done_, false);
@@ -389,7 +417,8 @@ class Verifier {
   std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
   uint64_t progress_done_ = 0;  // records of the shards done so far
   uint64_t shard_done_ = 0;     // records of the current shard checksummed so far
-  // Checksums run a block of about this many bytes at a time.
+  // Checksums run a block of about this many bytes at a time (unless
+  // VerifyOptions::block_bytes says otherwise).
   static constexpr uint64_t kBlockBytes = uint64_t{64} << 20;
   std::unique_ptr<tbb::task_arena> arena_;  // opt_.threads > 0
   std::string dir_;

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "core/lmdb_env.h"
 #include "kiln/cache_reader.h"
@@ -445,4 +446,36 @@ TEST_CASE("verify reports progress: monotone, per block, ending with a final upd
   CHECK(seen.back().total == 40);
   CHECK(seen.back().bytes == r.bytes_checked);
   CHECK_FALSE(seen.front().final);
+}
+
+TEST_CASE("verify checks block by block while the cursor reads on: the same findings, progress on the caller's thread",
+          "[verify]") {
+  TempDir dir;
+  MakeCache(dir);
+  for (uint64_t i : {7u, 45u}) {
+    const std::string shard = dir / (i < 40 ? "shard-00000.mdb" : "shard-00002.mdb");
+    FlipByte(shard, PayloadOffset(ReadFile(shard), i) + 10);
+  }
+  VerifyReport whole = Verify(dir);
+  const std::thread::id caller = std::this_thread::get_id();
+  bool elsewhere = false;
+  size_t updates = 0;
+  VerifyOptions o;
+  o.threads = 2;
+  o.block_bytes = kRecordBytes * 3;  // a block of 3 records: 7 blocks a shard
+  o.progress = [&](const Progress&) {
+    ++updates;
+    if (std::this_thread::get_id() != caller) elsewhere = true;
+  };
+  VerifyReport blocks;
+  REQUIRE(VerifyCache(dir.path(), o, &blocks).ok());
+  INFO(Dump(blocks));
+  CHECK(Names(blocks, 7, "checksum mismatch"));
+  CHECK(Names(blocks, 45, "checksum mismatch"));
+  CHECK(blocks.problems.size() == 2);
+  CHECK(Dump(blocks) == Dump(whole));
+  CHECK(blocks.bytes_checked == whole.bytes_checked);
+  CHECK(blocks.records_checked == kCount);
+  CHECK_FALSE(elsewhere);
+  CHECK(updates >= 3 * 7);
 }
