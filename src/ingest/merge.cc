@@ -172,6 +172,7 @@ Status MergeOne(const std::string& out, std::vector<std::string> dirs, bool keep
     KILN_RETURN_IF_ERROR(WriteFileAtomic(out, kRejectsName, std::string(kRejectsName) + ".tmp",
                                          RejectsTsv(rejects)));
   }
+  KILN_RETURN_IF_ERROR(RemoveUnlistedShards(out, merged));
   KILN_RETURN_IF_ERROR(WriteManifest(out, merged));
 
   for (const Part& p : parts) {

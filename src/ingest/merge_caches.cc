@@ -225,6 +225,7 @@ Status MergeCaches(const std::string& out, const std::vector<std::string>& from,
   // writers), which one recipe's source cannot name; each input keeps its
   // own, with its rejects.
   fs::remove(out + "/" + kDuplicatesTsvName, ec);
+  KILN_RETURN_IF_ERROR(RemoveUnlistedShards(out, merged));
   KILN_RETURN_IF_ERROR(WriteManifest(out, merged));
   for (const Input& x : in)
     if (x.shard_dir != x.dir) fs::remove_all(x.shard_dir, ec);

@@ -7,8 +7,11 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <set>
+#include <string>
 
 #include "core/page_cache.h"
+#include "kiln/cache_layout.h"
 #include "kiln/cache_reader.h"
 #include "kiln/cache_writer.h"
 #include "kiln/verify.h"
@@ -63,6 +66,26 @@ Status LinkShards(const std::string& dir, const std::vector<ShardInfo>& shards,
     s.file = name;
     merged->shards.push_back(s);
   }
+  return Status::OK();
+}
+
+Status RemoveUnlistedShards(const std::string& out, const Manifest& merged) {
+  std::set<std::string> listed;
+  for (const ShardInfo& s : merged.shards) listed.insert(s.file);
+  std::error_code ec;
+  std::vector<fs::path> stray;
+  for (const auto& e : fs::directory_iterator(out, ec)) {
+    std::string name = e.path().filename().string();
+    const std::string lock = kLmdbLockSuffix;
+    if (name.size() > lock.size() && name.compare(name.size() - lock.size(), lock.size(), lock) == 0)
+      name.resize(name.size() - lock.size());
+    if (IsShardFile(name) && !listed.count(name)) stray.push_back(e.path());
+  }
+  if (ec) return Status::IOError(out + ": cannot list: " + ec.message());
+  for (const fs::path& p : stray)
+    if (!fs::remove(p, ec) && ec)
+      return Status::IOError(p.string() + ": cannot remove a shard file the merge does not "
+                             "list (" + ec.message() + "); remove it, then merge again");
   return Status::OK();
 }
 

@@ -23,6 +23,11 @@ Status LinkOrCopy(const std::string& from, const std::string& to, bool* copied);
 Status LinkShards(const std::string& dir, const std::vector<ShardInfo>& shards,
                   const std::string& out, Manifest* merged, bool* copied);
 
+// Removes the shard files in `out` (and their LMDB lock files) that
+// `merged` does not list: what an interrupted merge of other, larger
+// inputs left past the new shards. Called before the manifest is written.
+Status RemoveUnlistedShards(const std::string& out, const Manifest& merged);
+
 // kiln verify --level quick of an input of a merge: Corruption naming DIR,
 // the count and the first problem, then `todo` ("rebuild this part"),
 // when it is not clean.

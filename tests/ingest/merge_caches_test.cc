@@ -172,6 +172,17 @@ TEST_CASE("merge --from with equal classes keeps the labels, and resumes after a
     if (name != kManifestName) CHECK(ReadFile(out / name) == bytes);
   CHECK(!fs::exists(out / ".merge-from-1"));
   CHECK(Problems(out.path()) == "");
+  // Killed, then run with other inputs: the shard files past the new
+  // merge's (from the larger first run) go before the manifest is written.
+  fs::remove(out / kManifestName);
+  const std::string stray = ShardFileName(static_cast<int>(files.size()) + 3);
+  fs::copy_file(out / ShardFileName(0), out / stray);
+  WriteFile(out / (stray + kLmdbLockSuffix), "");
+  const Merged other = Merge(out.path(), {b.path(), a.path()});
+  REQUIRE(other.status.ToString() == "OK");
+  CHECK(!fs::exists(out / stray));
+  CHECK(!fs::exists(out / (stray + kLmdbLockSuffix)));
+  CHECK(Problems(out.path()) == "");
 }
 
 TEST_CASE("merge --from refuses caches that differ, parts, and a used OUT", "[build][merge]") {
