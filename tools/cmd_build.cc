@@ -271,8 +271,9 @@ KILN_COMMAND(Command{
       sub->add_option("OUT", *out, "the merged cache's directory (the build's OUT)")->required();
       sub->add_option("--from", *from,
                       "a finished cache to join, in order (twice or more): same fields and "
-                      "recipe, classes matched by name; the first one's shards are linked, "
-                      "the others' records rewritten with their new indices")
+                      "recipe, classes matched by name; shards are linked (no tensor data "
+                      "copied), except a cache's whose labels must change to the merged "
+                      "classes: its records are rewritten")
           ->expected(1)
           ->allow_extra_args(false)
           ->take_all();

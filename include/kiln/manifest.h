@@ -23,6 +23,15 @@ struct ShardInfo {
   uint64_t count = 0;     // number of records; keys are first..first+count-1
   uint64_t bytes = 0;     // size of the shard file in bytes
   std::string digest;     // 16 hex digits: XXH3-64 over the record checksums in key order
+  // A shard kiln merge --from linked from another cache unchanged keeps that
+  // cache's keys: record first + j is stored under the key (and checksum
+  // seed) key_first + j. Otherwise (keyed false) a record's key is its index.
+  bool keyed = false;
+  uint64_t key_first = 0;
+  // The LMDB key and checksum seed of record `index` of this shard.
+  uint64_t KeyOf(uint64_t index) const { return keyed ? key_first + (index - first) : index; }
+  // The record index of a key of this shard.
+  uint64_t IndexOf(uint64_t key) const { return keyed ? first + (key - key_first) : key; }
 };
 
 // One field of a cache's records as the manifest declares it. A format 1

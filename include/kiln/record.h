@@ -101,6 +101,11 @@ inline constexpr size_t kChecksumOffsetV2 = 8;
 inline constexpr int kMaxFields = 16;
 // The manifest format_version of a cache of version 2 records.
 inline constexpr int kFormatVersion2 = 2;
+// The manifest format_version of a cache whose shards may hold records
+// under other keys (ShardInfo::keyed: kiln merge --from); its
+// "record_format" (1 or 2) says how the records are laid out, and that is
+// what Manifest::format_version holds once it is read.
+inline constexpr int kFormatVersionKeyed = 3;
 
 // How a version 2 field's payload is stored.
 enum class Codec : uint8_t {

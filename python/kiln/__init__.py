@@ -227,8 +227,9 @@ def merge(out, caches):
     """``kiln merge --from A --from B OUT`` from Python: the finished caches
     `caches` (two or more, same fields and recipe) joined in that order into
     the new directory `out`, classes matched by name (docs/build.md,
-    "Joining finished caches"). The first cache's shards are hard-linked,
-    the others' records rewritten under their new indices. Returns a dict:
+    "Joining finished caches"). Shards are hard-linked, keeping their
+    records' keys; only a cache whose labels must change to the merged
+    classes has its records rewritten. Returns a dict:
     ``records``, ``shards``, ``rewritten_records``, ``duplicate_groups``,
     ``duplicate_repeats``, ``duplicates_file``, ``seconds``. Caches that
     differ raise ValueError saying what differs."""

@@ -135,7 +135,7 @@ Status ReadTxn::Locate(uint64_t index, const uint8_t** value, uint64_t* size) {
     shard->active = true;
   }
   uint8_t key[kKeySize];
-  EncodeKey(index, key);
+  EncodeKey(m.shards[si].KeyOf(index), key);
   MDB_val k{kKeySize, key}, v;
   int rc = mdb_get(shard->txn.get(), env.dbi(), &k, &v);
   if (rc == MDB_NOTFOUND)
@@ -202,7 +202,11 @@ Status ReadTxn::Read(uint64_t index, uint8_t* header, void* payload, RecordView*
 Status ReadTxn::Check(uint64_t index, const uint8_t* header, size_t head_len, const void* payload,
                       size_t value_size, bool verify_checksum, RecordView* out) {
   const Manifest& m = reader_->manifest();
-  const std::string& path = reader_->shard_env(m.ShardFor(index)).env->path();
+  const int si = m.ShardFor(index);
+  const std::string& path = reader_->shard_env(si).env->path();
+  // The checksum is seeded with the record's key (its index, unless the
+  // shard was linked from another cache).
+  const uint64_t seed = m.shards[si].KeyOf(index);
   RecordHeader h;
   // The value in one piece (Get), or split around the image payload (Read).
   // Decoding reads the header and the field table only, which a split
@@ -216,14 +220,14 @@ Status ReadTxn::Check(uint64_t index, const uint8_t* header, size_t head_len, co
       ResolveRecord(m, index, header, whole ? value_size : head_len, mid, mid_len, tail, &h)
           .WithContext(path));
   if (verify_checksum) {
-    if (h.version == kRecordVersion2)
-      KILN_RETURN_IF_ERROR(
-          VerifyRecordChecksum(index, header, mid, h, whole ? value_size : head_len, mid_len, tail)
-              .WithContext(path));
-    else
-      KILN_RETURN_IF_ERROR(
-          VerifyRecordChecksum(index, header, whole ? header + kRecordHeaderSize : payload, h)
-              .WithContext(path));
+    Status sum =
+        h.version == kRecordVersion2
+            ? VerifyRecordChecksum(seed, header, mid, h, whole ? value_size : head_len, mid_len, tail)
+            : VerifyRecordChecksum(seed, header, whole ? header + kRecordHeaderSize : payload, h);
+    if (!sum.ok() && seed != index)
+      sum = Status::Corruption("record " + std::to_string(index) + " (key " +
+                               std::to_string(seed) + " of a linked shard): " + sum.message());
+    KILN_RETURN_IF_ERROR(sum.WithContext(path));
   }
   // Where each field's bytes lie: in the one piece, or in the split.
   auto at = [&](uint64_t offset) -> const uint8_t* {

@@ -357,7 +357,13 @@ Status FieldsFromJson(const json& j, const std::string& where, Manifest* m) {
 std::string ManifestToJson(const Manifest& m) {
   json j;
   j["format"] = "kiln-cache";
-  j["format_version"] = m.format_version;
+  // A cache with shards under other keys (kiln merge --from) is format 3:
+  // a kiln that predates keyed shards refuses it instead of reading the
+  // wrong records. "record_format" says how its records are laid out.
+  bool keyed = false;
+  for (const ShardInfo& s : m.shards) keyed = keyed || s.keyed;
+  j["format_version"] = keyed ? kFormatVersionKeyed : m.format_version;
+  if (keyed) j["record_format"] = m.format_version;
   j["kiln_version"] = m.kiln_version;
   j["count"] = m.count;
   if (m.format_version == kFormatVersion2) {
@@ -383,9 +389,12 @@ std::string ManifestToJson(const Manifest& m) {
   }
   j["classes"] = m.classes;
   json shards = json::array();
-  for (const ShardInfo& s : m.shards)
-    shards.push_back({{"file", s.file}, {"first", s.first}, {"count", s.count},
-                      {"bytes", s.bytes}, {"digest", s.digest}});
+  for (const ShardInfo& s : m.shards) {
+    json js = {{"file", s.file}, {"first", s.first}, {"count", s.count},
+               {"bytes", s.bytes}, {"digest", s.digest}};
+    if (s.keyed) js["key_first"] = s.key_first;
+    shards.push_back(js);
+  }
   j["shards"] = shards;
   if (m.commit_records > 0)
     j["layout"] = {{"initial_map_size", m.initial_map_size}, {"commit_records", m.commit_records}};
@@ -420,10 +429,15 @@ Status ManifestFromJson(const std::string& text, const std::string& where, Manif
     Manifest m;
     KILN_RETURN_IF_ERROR(
         JsonInteger(j.at("format_version"), where, "format_version", &m.format_version));
+    const bool keyed = m.format_version == kFormatVersionKeyed;
+    if (keyed)
+      KILN_RETURN_IF_ERROR(
+          JsonInteger(j.at("record_format"), where, "record_format", &m.format_version));
     if (m.format_version != kFormatVersion && m.format_version != kFormatVersion2)
       return Status::Corruption(where + ": format version " + std::to_string(m.format_version) +
                                 ", this kiln reads versions " + std::to_string(kFormatVersion) +
-                                " and " + std::to_string(kFormatVersion2) + "; use a newer kiln");
+                                ", " + std::to_string(kFormatVersion2) + " and " +
+                                std::to_string(kFormatVersionKeyed) + "; use a newer kiln");
     m.kiln_version = j.value("kiln_version", std::string());
     KILN_RETURN_IF_ERROR(JsonInteger(j.at("count"), where, "count", &m.count));
     if (m.format_version == kFormatVersion2) {
@@ -487,6 +501,17 @@ Status ManifestFromJson(const std::string& text, const std::string& where, Manif
       KILN_RETURN_IF_ERROR(JsonInteger(s.at("count"), where, field + "count", &si.count));
       KILN_RETURN_IF_ERROR(JsonInteger(s.at("bytes"), where, field + "bytes", &si.bytes));
       si.digest = s.at("digest").get<std::string>();
+      if (s.contains("key_first")) {
+        if (!keyed)
+          return Status::Corruption(where + ": shard " + si.file +
+                                    " has key_first in a format " +
+                                    std::to_string(m.format_version) + " manifest");
+        KILN_RETURN_IF_ERROR(
+            JsonInteger(s.at("key_first"), where, field + "key_first", &si.key_first));
+        if (si.count > UINT64_MAX - si.key_first)
+          return Status::Corruption(where + ": shard " + si.file + "'s keys end past 2^64 - 1");
+        si.keyed = true;
+      }
       if (si.file.empty() || si.file.find('/') != std::string::npos || si.file[0] == '.' ||
           si.file.find('\0') != std::string::npos)
         return Status::Corruption(where + ": shard file name '" + si.file +

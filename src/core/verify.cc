@@ -72,6 +72,7 @@ bool HasNonFinite(DType dtype, const uint8_t* p, uint64_t bytes) {
 
 struct Slot {
   uint64_t index;
+  uint64_t seed;      // its key, which seeds the checksum (ShardInfo::KeyOf)
   const uint8_t* value;
   size_t size;
   uint64_t checksum;  // as stored
@@ -229,13 +230,19 @@ class Verifier {
                 "a key of " + std::to_string(k.mv_size) + " bytes (not a kiln key)");
         return true;
       }
-      const uint64_t idx = DecodeKey(static_cast<const uint8_t*>(k.mv_data));
-      if (idx < info.first || idx >= end) {
-        Problem(Kind::kRecordLost, static_cast<int64_t>(idx), info.file,
-                "record outside the shard's range " + std::to_string(info.first) + ".." +
-                    std::to_string(end - 1));
+      // A linked shard's keys are its records' keys in the cache it came
+      // from (ShardInfo::keyed); its record indices follow from them.
+      const uint64_t key = DecodeKey(static_cast<const uint8_t*>(k.mv_data));
+      const uint64_t key_lo = info.KeyOf(info.first);
+      if (key < key_lo || key - key_lo >= info.count) {
+        Problem(Kind::kRecordLost, static_cast<int64_t>(key), info.file,
+                (info.keyed ? "key outside the shard's keys " + std::to_string(key_lo) + ".." +
+                                  std::to_string(key_lo + info.count - 1)
+                            : "record outside the shard's range " + std::to_string(info.first) +
+                                  ".." + std::to_string(end - 1)));
         return true;
       }
+      const uint64_t idx = info.IndexOf(key);
       Missing(info, expect, idx);
       expect = idx + 1;
       const uint8_t* value = static_cast<const uint8_t*>(v.mv_data);
@@ -327,7 +334,7 @@ class Verifier {
       // payloads by the value's length: its checksum is still checked.)
       if (decoded.version == kRecordVersion && (h.dtype != m_.dtype || h.shape != m_.shape)) return;
     }
-    slots->push_back({idx, value, size, h.checksum});
+    slots->push_back({idx, info.KeyOf(idx), value, size, h.checksum});
   }
 
   // An overflow value (one that starts 16 bytes into a page: a value inside
@@ -375,7 +382,10 @@ class Verifier {
   void CheckPayload(const ShardInfo& info, const Slot& s) {
     RecordHeader h;
     if (!DecodeRecordHeader(s.index, s.value, s.size, &h).ok()) return;
-    Status st = VerifyRecordChecksum(s.index, s.value, h);
+    Status st = VerifyRecordChecksum(s.seed, s.value, h);
+    if (!st.ok() && s.seed != s.index)
+      st = Status::Corruption("record " + std::to_string(s.index) + " (key " +
+                              std::to_string(s.seed) + " of a linked shard): " + st.message());
     if (!st.ok()) {
       Problem(Kind::kRecord, static_cast<int64_t>(s.index), info.file, st.message());
       return;

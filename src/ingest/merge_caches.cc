@@ -180,17 +180,24 @@ Status MergeCaches(const std::string& out, const std::vector<std::string>& from,
   }
 
   // Indices: each cache continues where the ones before it ended. The first
-  // cache's shards join as they are; a later one's records need new keys
-  // (an LMDB key and a checksum seed are a record's index) and are written
-  // again, with its labels mapped to the merged classes.
+  // cache's shards join as they are. A later one's shards join as they are
+  // too, keeping their keys (ShardInfo::keyed: an LMDB key and a checksum
+  // seed are the record's index in the cache it was written to), when its
+  // labels mean the same classes; else its records are written again, with
+  // the labels mapped to the merged classes.
   uint64_t next = 0;
   MergeResult r;
   for (size_t i = 0; i < in.size(); ++i) {
     Input& x = in[i];
     x.first = next;
-    if (x.first == x.m.first_index && x.label_map.empty()) {
+    if (x.label_map.empty()) {
       x.shard_dir = x.dir;
       x.shards = x.m.shards;
+      for (ShardInfo& sh : x.shards) {
+        if (!sh.keyed) sh.key_first = sh.first;
+        sh.first = sh.first - x.m.first_index + x.first;
+        sh.keyed = sh.key_first != sh.first;
+      }
     } else if (x.m.count > 0) {
       say(x.dir + ": its " + std::to_string(x.m.count) + " records become " +
           std::to_string(next) + ".." + std::to_string(next + x.m.count - 1) +
@@ -227,8 +234,12 @@ Status MergeCaches(const std::string& out, const std::vector<std::string>& from,
   fs::remove(out + "/" + kDuplicatesTsvName, ec);
   KILN_RETURN_IF_ERROR(RemoveUnlistedShards(out, merged));
   KILN_RETURN_IF_ERROR(WriteManifest(out, merged));
-  for (const Input& x : in)
-    if (x.shard_dir != x.dir) fs::remove_all(x.shard_dir, ec);
+  // The scratch directories of rewritten caches, and any an interrupted
+  // merge with other inputs left.
+  std::vector<fs::path> scratch;
+  for (const auto& e : fs::directory_iterator(out, ec))
+    if (e.path().filename().string().rfind(kMergeScratchPrefix, 0) == 0) scratch.push_back(e.path());
+  for (const fs::path& p : scratch) fs::remove_all(p, ec);
 
   r.caches.push_back(out);
   r.records = next;

@@ -479,3 +479,38 @@ TEST_CASE("verify checks block by block while the cursor reads on: the same find
   CHECK_FALSE(elsewhere);
   CHECK(updates >= 3 * 7);
 }
+
+TEST_CASE("keyed shards: key_first only in a format 3 manifest, which keeps its record format",
+          "[corruption][manifest]") {
+  TempDir dir;
+  MakeCache(dir);
+  Manifest m;
+  REQUIRE(ReadManifest(dir.path(), &m).ok());
+  m.shards[1].keyed = true;
+  m.shards[1].key_first = 0;  // as kiln merge --from links a cache's first shard
+  nlohmann::json j = nlohmann::json::parse(ManifestToJson(m));
+  CHECK(j["format_version"] == kFormatVersionKeyed);
+  CHECK(j["record_format"] == m.format_version);
+  CHECK(j["shards"][1]["key_first"] == 0);
+  CHECK_FALSE(j["shards"][0].contains("key_first"));
+  Manifest back;
+  REQUIRE(ManifestFromJson(j.dump(), "m.json", &back).ok());
+  CHECK(back.format_version == m.format_version);
+  CHECK(back.shards[1].keyed);
+  CHECK(back.shards[1].KeyOf(back.shards[1].first + 3) == 3);
+  CHECK(back.shards[1].IndexOf(3) == back.shards[1].first + 3);
+  CHECK_FALSE(back.shards[0].keyed);
+  // key_first in a manifest of another version is refused: a reader of
+  // that version would not use it.
+  nlohmann::json two = j;
+  two["format_version"] = m.format_version;
+  two.erase("meta_digest");
+  Manifest refused;
+  const Status s = ManifestFromJson(two.dump(), "m.json", &refused);
+  CHECK(s.IsCorruption());
+  CHECK_THAT(s.message(), Catch::Contains("key_first"));
+  nlohmann::json four = j;
+  four["format_version"] = 4;
+  CHECK_THAT(ManifestFromJson(four.dump(), "m.json", &refused).message(),
+             Catch::Contains("format version 4") && Catch::Contains("use a newer kiln"));
+}

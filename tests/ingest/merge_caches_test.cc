@@ -11,6 +11,7 @@
 
 #include "ingest_test_util.h"
 #include "kiln/cache_reader.h"
+#include "kiln/cache_writer.h"
 #include "kiln/ingest/build.h"
 #include "kiln/manifest.h"
 #include "test_util.h"
@@ -155,11 +156,35 @@ TEST_CASE("merge --from with equal classes keeps the labels, and resumes after a
   CopyClasses(srcB.path(), "0123456789", 2);
   REQUIRE(Build(Options(srcA.path(), a.path())).status.ToString() == "OK");
   REQUIRE(Build(Options(srcB.path(), b.path())).status.ToString() == "OK");
-  REQUIRE(Merge(out.path(), {a.path(), b.path()}).status.ToString() == "OK");
+  const Merged first = Merge(out.path(), {a.path(), b.path()});
+  REQUIRE(first.status.ToString() == "OK");
   auto want = Records(a.path());
   const auto of_b = Records(b.path());
   want.insert(want.end(), of_b.begin(), of_b.end());
   CHECK(Records(out.path()) == want);
+  // The same classes: B's shards are linked too, keeping B's keys; the
+  // manifest says so in a way an older kiln refuses (format 3).
+  CHECK(first.result.copied_records == 0);
+  Manifest ma, mo;
+  REQUIRE(ReadManifest(a.path(), &ma).ok());
+  REQUIRE(ReadManifest(out.path(), &mo).ok());
+  REQUIRE(mo.shards.size() > ma.shards.size());
+  const ShardInfo& linked = mo.shards[ma.shards.size()];
+  CHECK(linked.keyed);
+  CHECK(linked.first == ma.count);
+  CHECK(linked.key_first == 0);
+  CHECK(Inode(out / linked.file) == Inode(b / ShardFileName(0)));
+  CHECK_FALSE(mo.shards[0].keyed);
+  CHECK_THAT(ReadFile(out / kManifestName), Catch::Contains("\"format_version\": 3") &&
+                                                Catch::Contains("\"record_format\": 1") &&
+                                                Catch::Contains("\"key_first\": 0"));
+  CHECK(Problems(out.path()) == "");
+  // Repair cannot rewrite a linked shard in place: it names the cache to repair.
+  RecordFix fix;
+  fix.index = ma.count;
+  const Status repaired = kiln::RewriteRecords(out.path(), {fix});
+  CHECK(repaired.IsNotSupported());
+  CHECK_THAT(repaired.message(), Catch::Contains("linked unchanged from another cache"));
   const auto files = CacheFiles(out.path());
   // Killed before the manifest was published: links and a scratch
   // directory are left; the merge run again ends with the same bytes

@@ -269,6 +269,29 @@ def check_merge_caches(tmp):
         name_b = ["c3", "c4", "c0", "new1", "new2"][int(np.frombuffer(old["label"][2], "<i8")[0])]
         assert m["classes"][int(np.frombuffer(new["label"][2], "<i8")[0])] == name_b
     assert kiln.verify(out)["clean"]
+    # The same classes: no record is written again, the second cache's
+    # shards are linked under their own keys (a format 3 manifest); the
+    # merged cache reads, verifies and grows like any other.
+    c, same = os.path.join(tmp, "c"), os.path.join(tmp, "same")
+    write(c, range(50, 62), classes=["c0", "c1", "c2", "c3", "c4"])
+    r = kiln.merge(same, [a, c])
+    assert r["records"] == 42 and r["rewritten_records"] == 0, r
+    raw = json.load(open(os.path.join(same, "manifest.json")))
+    assert raw["format_version"] == 3 and raw["record_format"] == 2, raw["format_version"]
+    of_c = sorted(shards(c))
+    linked = raw["shards"][-len(of_c):]
+    assert linked[0]["key_first"] == 0 and linked[0]["first"] == 30, raw["shards"]
+    for entry, name in zip(linked, of_c):  # hard links: no tensor data copied
+        assert os.path.samefile(os.path.join(same, entry["file"]), os.path.join(c, name))
+    assert records(same) == records(a) + records(c)
+    assert kiln.Cache(same).format_version == 2
+    assert kiln.verify(same)["clean"]
+    write(same, range(62, 65), mode="append")
+    got = records(same)
+    whole = os.path.join(tmp, "whole3")
+    write(whole, list(range(30)) + list(range(50, 65)))
+    assert got == records(whole), "merge + append differs from one write"
+    assert kiln.verify(same)["clean"]
     other = os.path.join(tmp, "other")
     with kiln.Writer(other, {"image": kiln.Field("uint8", (3, None, None))}) as w:
         w.append({"image": np.zeros((3, 4, 4), np.uint8)})
