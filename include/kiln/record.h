@@ -250,6 +250,10 @@ Status VerifyRecordChecksum(uint64_t index, const uint8_t* value, const RecordHe
 Status VerifyRecordChecksum(uint64_t index, const uint8_t* header, const void* payload,
                             const RecordHeader& h, size_t split = 0, size_t payload_len = 0,
                             const uint8_t* tail = nullptr);
+// A VerifyRecordChecksum result for record `index` checked under another
+// key (a shard kiln merge --from linked: ShardInfo::KeyOf): a mismatch is
+// named by the record's index and the key. `s` unchanged when key == index.
+Status NameLinkedRecord(const Status& s, uint64_t index, uint64_t key);
 
 }  // namespace kiln
 

@@ -220,14 +220,11 @@ Status ReadTxn::Check(uint64_t index, const uint8_t* header, size_t head_len, co
       ResolveRecord(m, index, header, whole ? value_size : head_len, mid, mid_len, tail, &h)
           .WithContext(path));
   if (verify_checksum) {
-    Status sum =
+    const Status sum =
         h.version == kRecordVersion2
             ? VerifyRecordChecksum(seed, header, mid, h, whole ? value_size : head_len, mid_len, tail)
             : VerifyRecordChecksum(seed, header, whole ? header + kRecordHeaderSize : payload, h);
-    if (!sum.ok() && seed != index)
-      sum = Status::Corruption("record " + std::to_string(index) + " (key " +
-                               std::to_string(seed) + " of a linked shard): " + sum.message());
-    KILN_RETURN_IF_ERROR(sum.WithContext(path));
+    KILN_RETURN_IF_ERROR(NameLinkedRecord(sum, index, seed).WithContext(path));
   }
   // Where each field's bytes lie: in the one piece, or in the split.
   auto at = [&](uint64_t offset) -> const uint8_t* {

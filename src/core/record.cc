@@ -391,4 +391,13 @@ Status VerifyRecordChecksum(uint64_t index, const uint8_t* header, const void* p
   return Status::OK();
 }
 
+Status NameLinkedRecord(const Status& s, uint64_t index, uint64_t key) {
+  if (s.ok() || key == index) return s;
+  std::string what = s.message();
+  const std::string named = RecordName(key) + ": ";
+  if (what.rfind(named, 0) == 0) what.erase(0, named.size());
+  return Status::Corruption(RecordName(index) + " (key " + std::to_string(key) +
+                            " of a shard linked by kiln merge --from): " + what);
+}
+
 }  // namespace kiln

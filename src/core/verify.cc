@@ -382,10 +382,7 @@ class Verifier {
   void CheckPayload(const ShardInfo& info, const Slot& s) {
     RecordHeader h;
     if (!DecodeRecordHeader(s.index, s.value, s.size, &h).ok()) return;
-    Status st = VerifyRecordChecksum(s.seed, s.value, h);
-    if (!st.ok() && s.seed != s.index)
-      st = Status::Corruption("record " + std::to_string(s.index) + " (key " +
-                              std::to_string(s.seed) + " of a linked shard): " + st.message());
+    Status st = NameLinkedRecord(VerifyRecordChecksum(s.seed, s.value, h), s.index, s.seed);
     if (!st.ok()) {
       Problem(Kind::kRecord, static_cast<int64_t>(s.index), info.file, st.message());
       return;

@@ -208,6 +208,38 @@ TEST_CASE("merge --from with equal classes keeps the labels, and resumes after a
   CHECK(!fs::exists(out / stray));
   CHECK(!fs::exists(out / (stray + kLmdbLockSuffix)));
   CHECK(Problems(out.path()) == "");
+  // Damage in a linked shard (A's, now after B's records; a copy of it, so
+  // that A stays intact) is named by the record's index in OUT, with its key.
+  Manifest now;
+  REQUIRE(ReadManifest(out.path(), &now).ok());
+  int si = -1;
+  for (size_t k = 0; k < now.shards.size(); ++k)
+    if (now.shards[k].keyed && now.shards[k].key_first == 0) si = static_cast<int>(k);
+  REQUIRE(si >= 0);
+  const uint64_t index = now.shards[si].first + 2;
+  size_t offset = 0;  // a payload byte of that record in the shard file
+  {
+    std::unique_ptr<CacheReader> before;
+    REQUIRE(CacheReader::Open(out.path(), ReaderOptions(), &before).ok());
+    const uint8_t* value = nullptr;
+    uint64_t size = 0;
+    REQUIRE(before->BeginRead()->Locate(index, &value, &size).ok());
+    offset = static_cast<size_t>(value - before->mapping(si).base) + size - 7;
+  }
+  const std::string shard = out / now.shards[si].file;
+  fs::copy_file(shard, shard + ".copy");
+  fs::rename(shard + ".copy", shard);
+  FlipByte(shard, offset);
+  CHECK_THAT(Problems(out.path()),
+             Catch::Contains("record " + std::to_string(index) + " (key 2 of a shard linked") &&
+                 Catch::Contains("checksum mismatch"));
+  std::unique_ptr<CacheReader> reader;
+  REQUIRE(CacheReader::Open(out.path(), ReaderOptions(), &reader).ok());
+  RecordView v;
+  const Status read = reader->BeginRead()->Get(index, &v, /*verify_checksum=*/true);
+  CHECK(read.IsCorruption());
+  CHECK_THAT(read.message(), Catch::Contains("record " + std::to_string(index) + " (key 2"));
+  CHECK(Problems(a.path()) == "");
 }
 
 TEST_CASE("merge --from refuses caches that differ, parts, and a used OUT", "[build][merge]") {
