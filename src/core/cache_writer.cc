@@ -98,13 +98,11 @@ class CacheWriter::Impl {
           max_dims_[f][i] = std::max(max_dims_[f][i], base_.fields[f].max_dims[i]);
     done_ = base_.shards;
     // Says (to verify) that the shards after the manifest's are this append's.
-    {
-      const std::string marker = dir_ + "/" + kAppendMarkerName;
-      std::ofstream out(marker, std::ios::trunc);
-      out << nlohmann::json{{"count_before", base_.count}, {"from", opt_.append_from}}.dump()
-          << "\n";
-      if (!out) return Status::IOError(marker + ": cannot write");
-    }
+    // Written atomically: a resumed append rewrites it while an earlier
+    // attempt's shards are there, and a kill must not leave it empty.
+    KILN_RETURN_IF_ERROR(WriteFileAtomic(
+        dir_, kAppendMarkerName, std::string(kAppendMarkerName) + ".tmp",
+        nlohmann::json{{"count_before", base_.count}, {"from", opt_.append_from}}.dump() + "\n"));
     return ScanExisting(static_cast<int>(base_.shards.size()));
   }
 
