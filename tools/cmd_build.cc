@@ -256,6 +256,9 @@ int RunMerge(const std::string& out, const std::vector<std::string>& parts,
   for (const auto& c : r.caches) std::cout << " " << c;
   std::cout << " (" << (r.copied_records ? std::to_string(r.copied_records) + " records rewritten"
                                          : std::string("no tensor data copied"))
+            << (r.relabelled_records ? "; " + std::to_string(r.relabelled_records) +
+                                           " records' labels mapped to the merged classes"
+                                     : std::string())
             << ")\n";
   std::cout << DuplicateSummary(r.duplicates_file, r.duplicates) << "\n";
   return kExitOk;
@@ -272,8 +275,8 @@ KILN_COMMAND(Command{
       sub->add_option("--from", *from,
                       "a finished cache to join, in order (twice or more): same fields and "
                       "recipe, classes matched by name; shards are linked (no tensor data "
-                      "copied), except a cache's whose labels must change to the merged "
-                      "classes: its records are rewritten")
+                      "copied), a cache's labels mapped to the merged classes where they "
+                      "are numbered otherwise")
           ->expected(1)
           ->allow_extra_args(false)
           ->take_all();

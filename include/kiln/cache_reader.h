@@ -165,6 +165,10 @@ class CacheReader {
   uint64_t image_offset_ = 0;
   uint64_t read_header_bytes_ = kRecordHeaderSize;
   std::vector<std::unique_ptr<ShardEnv>> envs_;
+  // 0, 1, ... one per class, as the label field's dtype: where a record of
+  // a shard with a label_map gets its label field's (mapped) bytes.
+  std::vector<int64_t> class_values64_;
+  std::vector<int32_t> class_values32_;
 };
 
 // The pixels of a stored image field as a C x H x W uint8 tensor (or, for

@@ -28,6 +28,14 @@ struct ShardInfo {
   // seed) key_first + j. Otherwise (keyed false) a record's key is its index.
   bool keyed = false;
   uint64_t key_first = 0;
+  // A shard linked from a cache whose classes are numbered otherwise: its
+  // records store that cache's labels, and label L means class
+  // label_map[L] of this cache (readers give the mapped label; the
+  // checksum covers the stored one). Empty: the stored label is the label.
+  std::vector<int64_t> label_map;
+  // Whether the shard was linked from another cache as it is (kiln merge
+  // --from): it cannot be rewritten in place (--repair).
+  bool linked() const { return keyed || !label_map.empty(); }
   // The LMDB key and checksum seed of record `index` of this shard.
   uint64_t KeyOf(uint64_t index) const { return keyed ? key_first + (index - first) : index; }
   // The record index of a key of this shard.
@@ -128,8 +136,10 @@ Status CheckRecordAgainstManifest(const Manifest& m, uint64_t index, const Recor
 // version must be the manifest's, its fields the manifest's in number,
 // dtype, ndim and fixed sizes, and a label within the classes. Returns
 // Corruption "record N: ..." saying what differs.
+// `shard` is the record's shard (its label_map applies; nullptr: none).
 Status ResolveRecord(const Manifest& m, uint64_t index, const uint8_t* head, size_t head_len,
-                     const uint8_t* mid, size_t mid_len, const uint8_t* tail, RecordHeader* h);
+                     const uint8_t* mid, size_t mid_len, const uint8_t* tail, RecordHeader* h,
+                     const ShardInfo* shard);
 
 // What a reader does to a record's values to make a model's inputs. A
 // uint8 cache stores pixels x: the input is (x / 255 - mean[c]) / std[c]

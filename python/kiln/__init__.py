@@ -228,9 +228,10 @@ def merge(out, caches):
     `caches` (two or more, same fields and recipe) joined in that order into
     the new directory `out`, classes matched by name (docs/build.md,
     "Joining finished caches"). Shards are hard-linked, keeping their
-    records' keys; only a cache whose labels must change to the merged
-    classes has its records rewritten. Returns a dict:
-    ``records``, ``shards``, ``rewritten_records``, ``duplicate_groups``,
+    records' keys; a cache whose classes are numbered otherwise gets a
+    label map that every reader applies: no record is written again.
+    Returns a dict: ``records``, ``shards``, ``rewritten_records`` (0
+    here), ``relabelled_records``, ``duplicate_groups``,
     ``duplicate_repeats``, ``duplicates_file``, ``seconds``. Caches that
     differ raise ValueError saying what differs."""
     return _kiln.merge(os.fspath(out), [os.fspath(c) for c in caches])

@@ -68,6 +68,14 @@ Status CacheReader::Open(const std::string& dir, const ReaderOptions& options,
     r->envs_.push_back(std::move(env));
   }
   const Manifest& m = r->manifest_;
+  for (const ShardInfo& s : m.shards)
+    if (!s.label_map.empty()) {
+      for (size_t c = 0; c < m.classes.size(); ++c) {
+        r->class_values64_.push_back(static_cast<int64_t>(c));
+        r->class_values32_.push_back(static_cast<int32_t>(c));
+      }
+      break;
+    }
   if (m.format_version == kFormatVersion2) {
     bool fixed = true;
     std::vector<Shape> shapes(m.fields.size());
@@ -217,7 +225,8 @@ Status ReadTxn::Check(uint64_t index, const uint8_t* header, size_t head_len, co
   const size_t mid_len = whole ? 0 : reader_->record_bytes();
   const uint8_t* tail = whole ? nullptr : header + head_len;
   KILN_RETURN_IF_ERROR(
-      ResolveRecord(m, index, header, whole ? value_size : head_len, mid, mid_len, tail, &h)
+      ResolveRecord(m, index, header, whole ? value_size : head_len, mid, mid_len, tail, &h,
+                    &m.shards[si])
           .WithContext(path));
   if (verify_checksum) {
     const Status sum =
@@ -237,6 +246,15 @@ Status ReadTxn::Check(uint64_t index, const uint8_t* header, size_t head_len, co
   for (int f = 0; f < h.num_fields; ++f) {
     const FieldEntry& e = h.fields[f];
     out->fields[f] = {at(e.offset), e.bytes, e.dtype, e.shape, e.codec};
+  }
+  // A shard linked from a cache with other class numbers: the label field
+  // reads as the mapped label (ResolveRecord mapped h.label).
+  const int label = h.version == kRecordVersion2 ? m.label_field : 1;
+  if (!m.shards[si].label_map.empty() && label >= 0 && h.label >= 0) {
+    FieldView& f = out->fields[label];
+    f.data = f.dtype == DType::kInt32
+                 ? reinterpret_cast<const uint8_t*>(&reader_->class_values32_[h.label])
+                 : reinterpret_cast<const uint8_t*>(&reader_->class_values64_[h.label]);
   }
   const int image = h.version == kRecordVersion2 ? m.image_field : 0;
   out->index = index;

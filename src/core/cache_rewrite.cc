@@ -41,7 +41,7 @@ Status RewriteRecords(const std::string& dir, const std::vector<RecordFix>& fixe
   for (size_t s = 0; s < m.shards.size(); ++s) {
     if (by_shard[s].empty()) continue;
     ShardInfo& info = m.shards[s];
-    if (info.keyed)
+    if (info.linked())
       return Status::NotSupported(
           dir + ": record " + std::to_string(by_shard[s].front()->index) + " lies in " +
           info.file + ", linked unchanged from another cache by kiln merge --from: repair "

@@ -326,7 +326,7 @@ class Verifier {
       return;
     }
     const RecordHeader decoded = h;
-    s = ResolveRecord(m_, idx, value, size, nullptr, 0, nullptr, &h);
+    s = ResolveRecord(m_, idx, value, size, nullptr, 0, nullptr, &h, &info);
     if (!s.ok()) {
       Problem(Kind::kRecord, static_cast<int64_t>(idx), info.file, s.message());
       // A record of another shape is not checksummed: its payload length

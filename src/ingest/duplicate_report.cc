@@ -5,6 +5,8 @@
 #include <memory>
 #include <set>
 
+#include <xxhash.h>
+
 #include "kiln/cache_layout.h"
 #include "kiln/cache_reader.h"
 #include "core/escape.h"
@@ -26,7 +28,15 @@ namespace fs = std::filesystem;
 constexpr size_t kPrintBytes = 24;
 
 std::string PrintsDir(const std::string& dir) { return dir + "/" + kFingerprintsDirName; }
-std::string PrintsFile(const ShardInfo& s) { return s.file + "." + s.digest; }
+// A shard read with a label_map (linked by kiln merge --from) gets the
+// map's digest too: the labels kept are the mapped ones.
+std::string PrintsFile(const ShardInfo& s) {
+  std::string name = s.file + "." + s.digest;
+  if (!s.label_map.empty())
+    name += ".labels-" + DigestHex(XXH3_64bits(s.label_map.data(),
+                                               s.label_map.size() * sizeof(int64_t)));
+  return name;
+}
 
 // The prints of the shards from the first on that have a kept file, into
 // *out; returns how many records that covers.

@@ -106,7 +106,7 @@ Status MergeOne(const std::string& out, std::vector<std::string> dirs, bool keep
            " records with new indices");
       p.shard_dir =
           (fs::path(out) / (kMergeScratchPrefix + PartDirName(p.m.part_index, n))).string();
-      KILN_RETURN_IF_ERROR(RewriteRecords(p.dir, p.m, next, {}, p.shard_dir, &p.shards));
+      KILN_RETURN_IF_ERROR(RewriteRecords(p.dir, p.m, next, p.shard_dir, &p.shards));
       result->copied_records += p.m.count;
     }
     next += p.m.count;

@@ -21,7 +21,6 @@ struct Input {
   std::string dir;  // absolute
   Manifest m;
   std::vector<int64_t> label_map;  // its label -> the merged cache's; empty: the same
-  std::string shard_dir;           // where the shards to link are (its own, or rewritten)
   std::vector<ShardInfo> shards;   // with indices in the merged cache
   uint64_t first = 0;              // its first record's index in the merged cache
 };
@@ -179,35 +178,37 @@ Status MergeCaches(const std::string& out, const std::vector<std::string>& from,
                                      "; merge into an empty (or a new) directory");
   }
 
-  // Indices: each cache continues where the ones before it ended. The first
-  // cache's shards join as they are. A later one's shards join as they are
-  // too, keeping their keys (ShardInfo::keyed: an LMDB key and a checksum
-  // seed are the record's index in the cache it was written to), when its
-  // labels mean the same classes; else its records are written again, with
-  // the labels mapped to the merged classes.
+  // Indices: each cache continues where the ones before it ended. Every
+  // cache's shards join as they are - no record is written again: a later
+  // cache's keep their keys (ShardInfo::keyed: an LMDB key and a checksum
+  // seed are the record's index in the cache it was written to) and, where
+  // its classes are numbered otherwise than the merged cache's, map its
+  // labels (ShardInfo::label_map, composed with one the shard had).
   uint64_t next = 0;
   MergeResult r;
-  for (size_t i = 0; i < in.size(); ++i) {
-    Input& x = in[i];
+  for (Input& x : in) {
     x.first = next;
-    if (x.label_map.empty()) {
-      x.shard_dir = x.dir;
-      x.shards = x.m.shards;
-      for (ShardInfo& sh : x.shards) {
-        if (!sh.keyed) sh.key_first = sh.first;
-        sh.first = sh.first - x.m.first_index + x.first;
-        sh.keyed = sh.key_first != sh.first;
+    x.shards = x.m.shards;
+    for (ShardInfo& sh : x.shards) {
+      if (!sh.keyed) sh.key_first = sh.first;
+      sh.first = sh.first - x.m.first_index + x.first;
+      sh.keyed = sh.key_first != sh.first;
+      if (x.label_map.empty() || sh.count == 0) continue;
+      if (sh.label_map.empty()) {
+        sh.label_map = x.label_map;
+      } else {
+        for (int64_t& to : sh.label_map) to = x.label_map[to];
       }
-    } else if (x.m.count > 0) {
+      bool identity = true;
+      for (size_t l = 0; l < sh.label_map.size(); ++l)
+        identity = identity && sh.label_map[l] == static_cast<int64_t>(l);
+      if (identity) sh.label_map.clear();
+    }
+    if (!x.label_map.empty() && x.m.count > 0) {
       say(x.dir + ": its " + std::to_string(x.m.count) + " records become " +
           std::to_string(next) + ".." + std::to_string(next + x.m.count - 1) +
-          (x.label_map.empty() ? "" : ", labels mapped to the merged classes") +
-          ": rewriting them");
-      x.shard_dir = (fs::path(out) / (kMergeScratchPrefix + std::string("from-") +
-                                      std::to_string(i)))
-                        .string();
-      KILN_RETURN_IF_ERROR(RewriteRecords(x.dir, x.m, next, x.label_map, x.shard_dir, &x.shards));
-      r.copied_records += x.m.count;
+          ", their labels mapped to the merged classes");
+      r.relabelled_records += x.m.count;
     }
     next += x.m.count;
   }
@@ -225,7 +226,7 @@ Status MergeCaches(const std::string& out, const std::vector<std::string>& from,
   KILN_RETURN_IF_ERROR(MergedRecipe(in, &merged.preprocessing));
   bool any_copied = false;
   for (const Input& x : in)
-    KILN_RETURN_IF_ERROR(LinkShards(x.shard_dir, x.shards, out, &merged, &any_copied));
+    KILN_RETURN_IF_ERROR(LinkShards(x.dir, x.shards, out, &merged, &any_copied));
   if (any_copied) say(out + ": the caches are on another file system: shards were copied");
 
   // No sources.tsv: the records came from several source trees (or
@@ -234,8 +235,8 @@ Status MergeCaches(const std::string& out, const std::vector<std::string>& from,
   fs::remove(out + "/" + kDuplicatesTsvName, ec);
   KILN_RETURN_IF_ERROR(RemoveUnlistedShards(out, merged));
   KILN_RETURN_IF_ERROR(WriteManifest(out, merged));
-  // The scratch directories of rewritten caches, and any an interrupted
-  // merge with other inputs left.
+  // Scratch directories an interrupted merge left (kiln before label maps
+  // rewrote relabelled caches there).
   std::vector<fs::path> scratch;
   for (const auto& e : fs::directory_iterator(out, ec))
     if (e.path().filename().string().rfind(kMergeScratchPrefix, 0) == 0) scratch.push_back(e.path());

@@ -90,8 +90,7 @@ Status RemoveUnlistedShards(const std::string& out, const Manifest& merged) {
 }
 
 Status RewriteRecords(const std::string& dir, const Manifest& m, uint64_t first,
-                      const std::vector<int64_t>& label_map, const std::string& tmp,
-                      std::vector<ShardInfo>* shards) {
+                      const std::string& tmp, std::vector<ShardInfo>* shards) {
   std::error_code ec;
   fs::remove_all(tmp, ec);
   std::unique_ptr<CacheReader> reader;
@@ -113,18 +112,6 @@ Status RewriteRecords(const std::string& dir, const Manifest& m, uint64_t first,
   wo.shard_size = std::max<uint64_t>(bytes, 1);
   std::unique_ptr<CacheWriter> writer;
   KILN_RETURN_IF_ERROR(CacheWriter::Open(wo, tmp, &writer));
-  auto relabel = [&](uint64_t index, int64_t label, int64_t* out) {
-    if (label_map.empty() || label < 0) {
-      *out = label;
-      return Status::OK();
-    }
-    if (static_cast<uint64_t>(label) >= label_map.size())
-      return Status::Corruption(dir + ": record " + std::to_string(index) + ": label " +
-                                std::to_string(label) + " is outside its " +
-                                std::to_string(label_map.size()) + " classes");
-    *out = label_map[label];
-    return Status::OK();
-  };
   auto txn = reader->BeginRead();
   // Index order is file order: the bytes past each record are asked of the
   // disk ahead of the copy, so a cold cache is read sequentially (only the
@@ -135,28 +122,19 @@ Status RewriteRecords(const std::string& dir, const Manifest& m, uint64_t first,
     RecordView v;
     KILN_RETURN_IF_ERROR(txn->Get(index, &v, /*verify_checksum=*/true));
     ahead.Reached(v.data);
-    int64_t label = -1;
-    KILN_RETURN_IF_ERROR(relabel(index, v.label, &label));
     if (v2) {
       FieldData fields[kMaxFields];
-      int64_t label64 = label;
-      int32_t label32 = static_cast<int32_t>(label);
-      for (int f = 0; f < v.num_fields; ++f) {
+      for (int f = 0; f < v.num_fields; ++f)
         fields[f] = {v.fields[f].dtype, v.fields[f].shape, v.fields[f].data, v.fields[f].codec,
                      v.fields[f].codec == Codec::kRaw ? 0 : v.fields[f].bytes};
-        if (f == m.label_field && !label_map.empty())
-          fields[f].data = fields[f].dtype == DType::kInt64 ? static_cast<const void*>(&label64)
-                                                            : static_cast<const void*>(&label32);
-      }
       KILN_RETURN_IF_ERROR(writer->AppendFields(first + i, fields, v.num_fields));
     } else {
-      KILN_RETURN_IF_ERROR(writer->Append(first + i, label, v.data));
+      KILN_RETURN_IF_ERROR(writer->Append(first + i, v.label, v.data));
     }
     txn->Reset();
   }
   Manifest written = m;
   written.first_index = first;
-  if (!label_map.empty()) written.classes.clear();  // a scratch manifest: only the shards are used
   KILN_RETURN_IF_ERROR(writer->Finish(&written));
   *shards = written.shards;
   return Status::OK();

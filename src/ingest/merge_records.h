@@ -39,13 +39,12 @@ void WidenMaxDims(const Manifest& m, Manifest* merged);
 
 // Writes the records of the cache (or part) in `dir`, whose manifest is
 // `m`, again into the empty directory `tmp` (removed first) under the
-// indices `first`.. , each checked against its checksum on the way; a
-// label l becomes label_map[l] (label_map empty: labels kept). Shards are
-// cut as m's largest shard, batched as m's commits. *shards gets the new
+// indices `first`.. , each checked against its checksum on the way (as
+// the reader reads it: a linked shard's labels mapped). Shards are cut as
+// m's largest shard, batched as m's commits. *shards gets the new
 // shards (file names inside `tmp`, global firsts).
 Status RewriteRecords(const std::string& dir, const Manifest& m, uint64_t first,
-                      const std::vector<int64_t>& label_map, const std::string& tmp,
-                      std::vector<ShardInfo>* shards);
+                      const std::string& tmp, std::vector<ShardInfo>* shards);
 
 }  // namespace kiln::ingest
 

@@ -20,6 +20,7 @@ py::dict ResultDict(const ingest::MergeResult& r) {
   d["joined"] = r.parts;
   d["shards"] = r.shards;
   d["rewritten_records"] = r.copied_records;
+  d["relabelled_records"] = r.relabelled_records;
   d["duplicate_groups"] = r.duplicates.groups;
   d["duplicate_repeats"] = r.duplicates.repeats;
   d["duplicates_file"] = r.duplicates_file;

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <catch2/catch.hpp>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <tuple>
@@ -87,7 +88,7 @@ ino_t Inode(const std::string& path) {
 
 }  // namespace
 
-TEST_CASE("merge --from joins two caches in order, classes matched by name",
+TEST_CASE("merge --from joins two caches in order, classes matched by name, linking every shard",
           "[build][merge]") {
   TempDir srcA, srcB, a, b, out;
   CopyClasses(srcA.path(), "01234");
@@ -102,7 +103,10 @@ TEST_CASE("merge --from joins two caches in order, classes matched by name",
   const Merged m = Merge(out.path(), {a.path(), b.path()});
   REQUIRE(m.status.ToString() == "OK");
   CHECK(m.result.records == ma.count + mb.count);
-  CHECK(m.result.copied_records == mb.count);
+  // B's classes are numbered otherwise: its shards are linked all the
+  // same, read with a label map; no record is written again.
+  CHECK(m.result.copied_records == 0);
+  CHECK(m.result.relabelled_records == mb.count);
   CHECK_THAT(m.log, Catch::Contains("labels mapped"));
   Manifest merged;
   REQUIRE(ReadManifest(out.path(), &merged).ok());
@@ -113,9 +117,48 @@ TEST_CASE("merge --from joins two caches in order, classes matched by name",
   const auto of_b = Records(b.path());
   want.insert(want.end(), of_b.begin(), of_b.end());
   CHECK(Records(out.path()) == want);
-  // A's shards are linked, not copied; the merged cache verifies; the inputs are untouched.
+  // A's shards are linked, not copied, and so are B's, with B's labels
+  // ("3" was 0 in B) mapped; the merged cache verifies; the inputs are untouched.
   CHECK(Inode(out / "shard-00000.mdb") == Inode(a / ma.shards[0].file));
+  const ShardInfo& of_b0 = merged.shards[ma.shards.size()];
+  CHECK(Inode(out / of_b0.file) == Inode(b / mb.shards[0].file));
+  CHECK(of_b0.label_map == std::vector<int64_t>{3, 4, 5, 6, 7, 8, 9});
+  CHECK(merged.shards[0].label_map.empty());
+  CHECK_THAT(ReadFile(out / kManifestName), Catch::Contains("\"label_map\": [") &&
+                                                Catch::Contains("\"format_version\": 3"));
   CHECK(Problems(out.path()) == "");
+  {
+    // The label field reads as the mapped label too (format 1: the header's int64).
+    std::unique_ptr<CacheReader> r;
+    REQUIRE(CacheReader::Open(out.path(), ReaderOptions(), &r).ok());
+    RecordView v;
+    REQUIRE(r->BeginRead()->Get(ma.count, &v, true).ok());
+    int64_t field = -1;
+    REQUIRE(v.fields[1].bytes == 8);
+    std::memcpy(&field, v.fields[1].data, 8);
+    CHECK(field == v.label);
+    CHECK(merged.classes.at(static_cast<size_t>(v.label)) == of_b.front().first);
+  }
+  // A and B share the images of classes 3 and 4 under the same names: the
+  // duplicate report finds them, and no label conflict (B stored 0 and 1).
+  CHECK(m.result.duplicates.groups > 0);
+  CHECK(m.result.duplicates.label_conflicts == 0);
+  // --repair cannot rewrite a linked shard in place.
+  RecordFix fix;
+  fix.index = ma.count;
+  CHECK(kiln::RewriteRecords(out.path(), {fix}).IsNotSupported());
+  // A label map that points past the classes is a damaged manifest.
+  {
+    TempDir edited;  // ReadManifest reads the manifest alone
+    std::string text = ReadFile(out / kManifestName);
+    const size_t at = text.find("\"label_map\": [") + 14;
+    text.insert(at, "10, ");
+    WriteFile(edited / kManifestName, text);
+    Manifest bad;
+    const Status s = ReadManifest(edited.path(), &bad);
+    CHECK(s.IsCorruption());
+    CHECK_THAT(s.message(), Catch::Contains("label_map[0]") && Catch::Contains("0..9"));
+  }
   CHECK(CacheFiles(a.path()) == files_a);
   CHECK(CacheFiles(b.path()) == files_b);
   // The manifest says where the records came from.
@@ -147,6 +190,18 @@ TEST_CASE("merge --from joins two caches in order, classes matched by name",
   CHECK(three.classes == merged.classes);
   CHECK(three.appends.size() == 2);
   CHECK(Records(out2.path()).back().first == merged.classes[9]);
+  CHECK(m2.result.copied_records == 0);
+  // The other way round, C's class first: the merged cache's label maps
+  // compose with the new numbering ("9" is now 0, "0" is 1, ...).
+  TempDir out3;
+  const Merged m3 = Merge(out3.path(), {c.path(), out.path()});
+  REQUIRE(m3.status.ToString() == "OK");
+  CHECK(m3.result.copied_records == 0);
+  auto want3 = Records(c.path());
+  const auto of_out = Records(out.path());
+  want3.insert(want3.end(), of_out.begin(), of_out.end());
+  CHECK(Records(out3.path()) == want3);
+  CHECK(Problems(out3.path()) == "");
 }
 
 TEST_CASE("merge --from with equal classes keeps the labels, and resumes after a kill",
@@ -279,4 +334,67 @@ TEST_CASE("merge --from refuses caches that differ, parts, and a used OUT", "[bu
   CHECK_THAT(m.status.message(), Catch::Contains("notes.txt"));
   m = Merge(b.path(), {a.path(), c.path()});
   CHECK_THAT(m.status.message(), Catch::Contains("already holds a finished cache"));
+}
+
+TEST_CASE("merge --from maps an int32 label field, read through the map and with pread",
+          "[build][merge]") {
+  // Two writer caches: label int32 and a fixed image field, the classes
+  // of the second in another order.
+  auto write = [](const std::string& dir, const std::vector<std::string>& classes, int seed) {
+    WriterOptions o;
+    FieldSpec label, image;
+    label.name = "label";
+    label.dtype = DType::kInt32;
+    image.name = "image";
+    image.dtype = DType::kUint8;
+    image.ndim = 3;
+    image.dims[0] = 1;
+    image.dims[1] = 4;
+    image.dims[2] = 4;
+    o.fields = {label, image};
+    o.label_field = "label";
+    o.initial_map_size = 1 << 20;
+    std::unique_ptr<CacheWriter> w;
+    REQUIRE(CacheWriter::Open(o, dir, &w).ok());
+    for (uint64_t i = 0; i < 12; ++i) {
+      const int32_t l = static_cast<int32_t>(i % classes.size());
+      std::vector<uint8_t> pixels(16, static_cast<uint8_t>(seed + i));
+      FieldData f[2] = {{DType::kInt32, Shape{}, &l},
+                        {DType::kUint8, MakeShape({1, 4, 4}), pixels.data()}};
+      REQUIRE(w->AppendFields(i, f, 2).ok());
+    }
+    Manifest meta;
+    meta.classes = classes;
+    REQUIRE(w->Finish(&meta).ok());
+  };
+  TempDir a, b, out;
+  write(a.path(), {"cat", "dog"}, 0);
+  write(b.path(), {"eel", "dog", "cat"}, 100);
+  const Merged m = Merge(out.path(), {a.path(), b.path()});
+  REQUIRE(m.status.ToString() == "OK");
+  CHECK(m.result.copied_records == 0);
+  CHECK(m.result.relabelled_records == 12);
+  std::unique_ptr<CacheReader> r;
+  REQUIRE(CacheReader::Open(out.path(), ReaderOptions(), &r).ok());
+  REQUIRE(r->manifest().classes == std::vector<std::string>{"cat", "dog", "eel"});
+  auto txn = r->BeginRead();
+  std::vector<uint8_t> header(r->read_header_bytes()), payload(r->record_bytes());
+  for (uint64_t i = 12; i < 24; ++i) {
+    INFO("record " << i);
+    const std::string want = std::vector<std::string>{"eel", "dog", "cat"}[(i - 12) % 3];
+    for (bool pread : {false, true}) {
+      RecordView v;
+      REQUIRE((pread ? txn->Read(i, header.data(), payload.data(), &v, true)
+                     : txn->Get(i, &v, true))
+                  .ok());
+      CHECK(r->manifest().classes.at(static_cast<size_t>(v.label)) == want);
+      int32_t field = -1;
+      REQUIRE(v.fields[0].bytes == 4);
+      std::memcpy(&field, v.fields[0].data, 4);
+      CHECK(field == v.label);
+      CHECK(v.data[0] == static_cast<uint8_t>(100 + i - 12));
+      txn->Reset();
+    }
+  }
+  CHECK(Problems(out.path()) == "");
 }

@@ -251,12 +251,19 @@ def check_hugging_face(tmp):
 
 def check_merge_caches(tmp):
     """kiln.merge joins two Writer caches in order, classes matched by name
-    (the second's labels mapped); caches with other fields are refused."""
+    (the second's labels mapped, its shards linked); caches with other
+    fields are refused."""
     a, b, out = (os.path.join(tmp, n) for n in ("a", "b", "out"))
     write(a, range(30), classes=["c0", "c1", "c2", "c3", "c4"])
     write(b, range(30, 50), classes=["c3", "c4", "c0", "new1", "new2"])
     r = kiln.merge(out, [a, b])
-    assert r["records"] == 50 and r["rewritten_records"] == 20, r
+    assert r["records"] == 50 and r["rewritten_records"] == 0, r
+    assert r["relabelled_records"] == 20, r
+    raw = json.load(open(os.path.join(out, "manifest.json")))
+    of_b = sorted(shards(b))
+    for entry, name in zip(raw["shards"][-len(of_b):], of_b):
+        assert os.path.samefile(os.path.join(out, entry["file"]), os.path.join(b, name))
+        assert entry["label_map"] == [3, 4, 0, 5, 6], entry
     m = kiln.Cache(out).manifest
     assert m["classes"] == ["c0", "c1", "c2", "c3", "c4", "new1", "new2"], m["classes"]
     assert m["appends"][0]["count_before"] == 30 and m["appends"][0]["count_after"] == 50
@@ -268,6 +275,10 @@ def check_merge_caches(tmp):
             {k: v for k, v in new.items() if k != "label"}
         name_b = ["c3", "c4", "c0", "new1", "new2"][int(np.frombuffer(old["label"][2], "<i8")[0])]
         assert m["classes"][int(np.frombuffer(new["label"][2], "<i8")[0])] == name_b
+    assert kiln.verify(out)["clean"]
+    # An append onto it keeps the label maps of the linked shards.
+    write(out, range(65, 70), mode="append", classes=m["classes"])
+    assert records(out)[:50] == got[:50]
     assert kiln.verify(out)["clean"]
     # The same classes: no record is written again, the second cache's
     # shards are linked under their own keys (a format 3 manifest); the

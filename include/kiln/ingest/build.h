@@ -199,9 +199,11 @@ struct MergeResult {
   uint64_t records = 0;
   int parts = 0;  // parts joined (MergeCaches: caches joined)
   uint64_t shards = 0;
-  // Rewritten, not linked: a part after one that rejected inputs; a cache
-  // after the first of MergeCaches.
+  // Rewritten, not linked: a part after one that rejected inputs.
   uint64_t copied_records = 0;
+  // MergeCaches: records linked from a cache whose classes are numbered
+  // otherwise, read with their labels mapped (ShardInfo::label_map).
+  uint64_t relabelled_records = 0;
   DuplicateCounts duplicates;   // over the merged caches (OUT/duplicates.tsv)
   std::string duplicates_file;
   double seconds = 0;  // the whole merge, the duplicate report included
