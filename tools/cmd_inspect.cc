@@ -196,10 +196,21 @@ int RunInspect(const std::string& dir, bool as_json) {
   if (!m.classes.empty()) std::cout << (m.classes.size() > 20 ? ", ...)" : ")");
   std::cout << "\nsize on disk:  " << HumanBytes(static_cast<double>(disk)) << " in "
             << m.shards.size() << " shard" << (m.shards.size() == 1 ? "" : "s") << "\n";
-  for (const ShardInfo& sh : m.shards)
+  for (const ShardInfo& sh : m.shards) {
     std::cout << "  " << sh.file << "  records " << sh.first << ".."
               << (sh.count ? sh.first + sh.count - 1 : sh.first) << " (" << sh.count << ")  "
-              << HumanBytes(static_cast<double>(sh.bytes)) << "  digest " << sh.digest << "\n";
+              << HumanBytes(static_cast<double>(sh.bytes)) << "  digest " << sh.digest;
+    // A shard kiln merge --from linked from another cache: its keys there,
+    // and how its stored labels map to these classes.
+    if (sh.keyed) std::cout << "  linked, keys " << sh.key_first << "..";
+    if (!sh.label_map.empty()) {
+      std::cout << "  labels";
+      for (size_t l = 0; l < sh.label_map.size() && l < 10; ++l)
+        std::cout << (l ? ", " : " ") << l << "->" << sh.label_map[l];
+      if (sh.label_map.size() > 10) std::cout << ", ...";
+    }
+    std::cout << "\n";
+  }
   PrintProvenance(dir, disk);
   std::vector<uint64_t> counts;
   uint64_t unlabeled = 0;

@@ -158,6 +158,29 @@ TEST_CASE("merge --from joins two caches in order, classes matched by name, link
     const Status s = ReadManifest(edited.path(), &bad);
     CHECK(s.IsCorruption());
     CHECK_THAT(s.message(), Catch::Contains("label_map[0]") && Catch::Contains("0..9"));
+    // A map shorter than the labels B's records store: those records are
+    // named as damaged, by verify and by the reader.
+    TempDir shorter;
+    for (const auto& [name, bytes] : CacheFiles(out.path()))
+      if (name.find('/') == std::string::npos) WriteFile(shorter / name, bytes);
+    text = ReadFile(out / kManifestName);
+    const size_t from = text.find("\"label_map\": [") + 14;
+    text.replace(from, text.find(']', from) - from, "3");
+    WriteFile(shorter / kManifestName, text);
+    CHECK_THAT(Problems(shorter.path()),
+               Catch::Contains("outside the 1 classes of the cache its shard") &&
+                   Catch::Contains("was linked from"));
+    std::unique_ptr<CacheReader> r;
+    REQUIRE(CacheReader::Open(shorter.path(), ReaderOptions(), &r).ok());
+    auto txn = r->BeginRead();
+    bool named = false;
+    for (uint64_t i = ma.count; i < ma.count + of_b0.count && !named; ++i) {
+      RecordView v;
+      const Status got = txn->Get(i, &v);
+      named = got.IsCorruption() && got.message().find("was linked from") != std::string::npos;
+      txn->Reset();
+    }
+    CHECK(named);
   }
   CHECK(CacheFiles(a.path()) == files_a);
   CHECK(CacheFiles(b.path()) == files_b);

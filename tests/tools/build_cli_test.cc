@@ -182,6 +182,13 @@ TEST_CASE("kiln merge --from joins finished caches, and a difference is a usage 
   // The same images twice: the duplicate report says so.
   CHECK_THAT(log, Catch::Contains("300"));
   CHECK(Kiln("verify " + out.path(), &log) == 0);
+  // inspect names B's shards as linked, with their keys in B.
+  REQUIRE(Kiln("inspect " + out.path(), &log) == 0);
+  std::string first_of_b;
+  std::istringstream lines(log);
+  for (std::string l; std::getline(lines, l);)
+    if (l.find("  records 300..") != std::string::npos) first_of_b = l;
+  CHECK_THAT(first_of_b, Catch::Contains("linked, keys 0.."));
   TempDir out2;
   CHECK(Kiln("merge --from " + a.path() + " --from " + c.path() + " " + out2.path(), &log) == 2);
   CHECK_THAT(log, Catch::Contains("resize"));
