@@ -74,6 +74,14 @@ struct WriterOptions {
   // ignored.
   bool append = false;
   std::string append_from;  // the appends entry's "from": what was appended
+  // Format 2: records in packs of about this many bytes (kiln/record.h,
+  // Manifest::pack_bytes), so that LMDB's page rounding is paid once a pack
+  // instead of once a record; 0: a value a record. kAutoPack: packs of
+  // kDefaultPackBytes where a field is encoded (records of tens of KB),
+  // none otherwise. An append packs as the cache it appends to.
+  static constexpr uint64_t kAutoPack = ~uint64_t{0};
+  static constexpr uint64_t kDefaultPackBytes = 1ull << 20;
+  uint64_t pack_bytes = kAutoPack;
 };
 
 class CacheWriter {

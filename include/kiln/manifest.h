@@ -33,6 +33,10 @@ struct ShardInfo {
   // label_map[L] of this cache (readers give the mapped label; the
   // checksum covers the stored one). Empty: the stored label is the label.
   std::vector<int64_t> label_map;
+  // LMDB entries in the shard when it holds packs of records (kiln/record.h,
+  // the manifest's layout.pack_bytes); 0: one a record.
+  uint64_t values = 0;
+  bool packed() const { return values != 0 && values != count; }
   // Whether the shard was linked from another cache as it is (kiln merge
   // --from): it cannot be rewritten in place (--repair).
   bool linked() const { return keyed || !label_map.empty(); }
@@ -104,6 +108,10 @@ struct Manifest {
   // Format 2 instead of commit_records: a commit after the record that
   // takes the batch's value bytes to commit_bytes.
   uint64_t commit_bytes = 0;
+  // Format 2: records are stored in packs (kiln/record.h), each closed
+  // after the record that takes it to pack_bytes or at its commit's end;
+  // 0: a value a record. A cache with packs is format 3.
+  uint64_t pack_bytes = 0;
   // One part of a cache built in parts (kiln build --num-parts N --part i):
   // its records are the global indices first_index .. first_index+count-1
   // of the whole cache. part_index < 0 for an ordinary cache (first_index 0).

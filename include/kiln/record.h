@@ -39,6 +39,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kiln/status.h"
 
@@ -250,6 +251,39 @@ Status VerifyRecordChecksum(uint64_t index, const uint8_t* value, const RecordHe
 Status VerifyRecordChecksum(uint64_t index, const uint8_t* header, const void* payload,
                             const RecordHeader& h, size_t split = 0, size_t payload_len = 0,
                             const uint8_t* tail = nullptr);
+// Packs: several consecutive version 2 records in one LMDB value, under
+// the first one's key (a cache whose manifest has layout.pack_bytes, format
+// 3). LMDB stores a value larger than a page in whole 4 KiB pages, so a
+// record of tens of KB (a JPEG) loses 2 KiB a record on average; a pack of
+// a megabyte loses that once. Layout (little-endian):
+//        0    4 magic          'K','L','N','P'
+//        4    4 count          u32, >= 1: the records in the pack
+//        8    8 reserved       zero
+//       16 16*n table          per record: u64 offset (from the value's
+//                              start, a multiple of 16), u64 length
+// The records follow the table, each at the first multiple of 16 at or
+// after the end of the one before (the first: after the table), the bytes
+// between zero; the value ends where the last record ends. Each record is
+// exactly what a value of its own would hold (its checksum seeded with its
+// key), 16-byte aligned in the memory map as an overflow value is.
+inline constexpr uint32_t kPackMagic = 0x504E4C4Bu;  // "KLNP" on disk
+inline constexpr size_t kPackHeaderSize = 16;
+inline constexpr size_t kPackEntrySize = 16;
+// Whether a stored value is a pack (its magic; not yet checked further).
+bool IsPack(const uint8_t* value, size_t size);
+// The number of records in a pack; REQUIRES: IsPack.
+uint32_t PackCount(const uint8_t* value);
+// Record `j` of a pack: where it lies in `value`. Corruption ("the pack
+// under key K: ...") when the count, an offset or a length is not as the
+// layout above says (outside the value, out of order, misaligned), or j is
+// past the count.
+Status PackEntry(const uint8_t* value, size_t size, uint64_t key, uint32_t j,
+                 const uint8_t** record, size_t* record_size);
+// Writes the pack of the `n` records `values[i]` (sizes `sizes[i]`) into
+// *out (resized).
+void EncodePack(const uint8_t* const* values, const size_t* sizes, size_t n,
+                std::vector<uint8_t>* out);
+
 // A VerifyRecordChecksum result for record `index` checked under another
 // key (a shard kiln merge --from linked: ShardInfo::KeyOf): a mismatch is
 // named by the record's index and the key. `s` unchanged when key == index.

@@ -21,6 +21,13 @@ struct ReadTxn::Shard {
   LmdbTxn txn;
   bool active = false;
   bool begun = false;
+  // For a shard of packs: finds the pack before a key (FindRecord), renewed
+  // with the snapshot.
+  MDB_cursor* cursor = nullptr;
+  bool cursor_stale = false;
+  ~Shard() {
+    if (cursor) mdb_cursor_close(cursor);
+  }
 };
 
 CacheReader::~CacheReader() = default;
@@ -62,9 +69,12 @@ Status CacheReader::Open(const std::string& dir, const ReaderOptions& options,
     KILN_RETURN_IF_ERROR(OpenSharedForRead(path, options.max_readers, &env->env)
                              .WithContext("opening shard"));
     // The walk counted the entries (and matched the meta page's count).
-    if (structure.entries != s.count)
-      return Status::Corruption(path + ": shard holds " + std::to_string(structure.entries) +
-                                " records, the manifest says " + std::to_string(s.count));
+    // (A shard of packs: its LMDB entries, ShardInfo::values.)
+    if (structure.entries != (s.values ? s.values : s.count))
+      return Status::Corruption(
+          path + ": shard holds " + std::to_string(structure.entries) +
+          (s.values ? " values (packs of records), the manifest says " + std::to_string(s.values)
+                    : " records, the manifest says " + std::to_string(s.count)));
     r->envs_.push_back(std::move(env));
   }
   const Manifest& m = r->manifest_;
@@ -141,16 +151,18 @@ Status ReadTxn::Locate(uint64_t index, const uint8_t** value, uint64_t* size) {
   } else if (!shard->active) {
     KILN_RETURN_IF_ERROR(shard->txn.Renew());
     shard->active = true;
+    shard->cursor_stale = shard->cursor != nullptr;
   }
-  uint8_t key[kKeySize];
-  EncodeKey(m.shards[si].KeyOf(index), key);
-  MDB_val k{kKeySize, key}, v;
-  int rc = mdb_get(shard->txn.get(), env.dbi(), &k, &v);
-  if (rc == MDB_NOTFOUND)
+  const ShardInfo& info = m.shards[si];
+  MDB_val v;
+  // Context strings are built only on failure: Locate allocates nothing
+  // (a shard of packs opens its cursor once).
+  const Status found = FindRecord(env, shard->txn.get(), info.KeyOf(index), info.packed(),
+                                  &shard->cursor, &shard->cursor_stale, &v);
+  if (found.IsNotFound())
     return Status::Corruption(env.path() + ": record " + std::to_string(index) +
                               " missing from its shard");
-  // The context string is built only on failure: Locate allocates nothing.
-  if (rc != MDB_SUCCESS) return LmdbStatus(rc, env.path() + ": record " + std::to_string(index));
+  if (!found.ok()) return found.WithContext("record " + std::to_string(index));
   *value = static_cast<const uint8_t*>(v.mv_data);
   *size = v.mv_size;
   return Status::OK();

@@ -57,6 +57,9 @@ Status RewriteRecords(const std::string& dir, const std::vector<RecordFix>& fixe
     KILN_RETURN_IF_ERROR(old_env.OpenForRead(path, 4));
     LmdbTxn rd;
     KILN_RETURN_IF_ERROR(rd.Begin(old_env, true));
+    MDB_cursor* cursor = nullptr;
+    bool stale = false;
+    uint64_t values = 0;
     Status st = WriteShardCanonically(
         fresh_path, m.initial_map_size, v2 ? 0 : m.commit_records, info.first, info.count,
         [&](uint64_t i, MDB_val* v) -> Status {
@@ -76,17 +79,17 @@ Status RewriteRecords(const std::string& dir, const std::vector<RecordFix>& fixe
             *v = MDB_val{value.size(), value.data()};
             return Status::OK();
           }
-          uint8_t key[kKeySize];
-          EncodeKey(i, key);
-          MDB_val k{kKeySize, key};
-          const int rc = mdb_get(rd.get(), old_env.dbi(), &k, v);
-          if (rc == MDB_NOTFOUND)
+          const Status found = FindRecord(old_env, rd.get(), i,
+                                          m.pack_bytes > 0 || info.packed(), &cursor, &stale, v);
+          if (found.IsNotFound())
             return Status::Corruption(path + ": record " + std::to_string(i) +
                                       " is missing and no fix was given for it");
-          return LmdbStatus(rc, path);
+          return found.WithContext(path + ": record " + std::to_string(i));
         },
-        m.commit_bytes);
+        m.commit_bytes, m.pack_bytes, &values);
+    if (cursor) mdb_cursor_close(cursor);
     rd.Abort();
+    if (m.pack_bytes > 0) info.values = values;
     old_env.Close();
     KILN_RETURN_IF_ERROR(st);
     {

@@ -47,6 +47,11 @@ class CacheWriter::Impl {
     v2_ = !opt_.fields.empty();
     next_ = opt_.first_index;
     if (v2_) {
+      bool encoded = false;
+      for (const FieldSpec& f : opt_.fields) encoded = encoded || f.codec != Codec::kRaw;
+      pack_bytes_ = opt_.pack_bytes != WriterOptions::kAutoPack ? opt_.pack_bytes
+                    : encoded                                   ? WriterOptions::kDefaultPackBytes
+                                                                : 0;
       max_dims_.assign(opt_.fields.size(), {});
       for (size_t f = 0; f < opt_.fields.size(); ++f)
         for (int i = 0; i < opt_.fields[f].ndim; ++i)
@@ -92,6 +97,7 @@ class CacheWriter::Impl {
     KILN_RETURN_IF_ERROR(CheckBaseFits());
     appending_ = true;
     next_ = base_.first_index + base_.count;
+    pack_bytes_ = base_.pack_bytes;
     if (v2_)
       for (size_t f = 0; f < opt_.fields.size(); ++f)
         for (int i = 0; i < opt_.fields[f].ndim; ++i)
@@ -160,6 +166,7 @@ class CacheWriter::Impl {
       info.first = next_;
       ShardDigest digest;
       uint64_t scanned_bytes = 0;  // what shard_bytes_ counts
+      uint64_t values = 0;         // LMDB entries (packs)
       LmdbTxn txn;
       KILN_RETURN_IF_ERROR(txn.Begin(env_, true));
       Status st;
@@ -188,7 +195,8 @@ class CacheWriter::Impl {
         ++info.count;
         scanned_bytes += v2_ ? v.mv_size : record_bytes_;
         return true;
-      });
+      }, &values);
+      if (pack_bytes_ > 0) info.values = values;
       KILN_RETURN_IF_ERROR(st);
       KILN_RETURN_IF_ERROR(read);
       txn.Abort();
@@ -352,17 +360,22 @@ class CacheWriter::Impl {
 
   Status CommitPendingV2() {
     pending_offsets_.push_back(pending_used_);  // the end of the last
-    Status st = CommitBatch(&env_, pending_first_, pending_count_, [&](uint64_t i, MDB_val* v) {
-      const uint64_t r = i - pending_first_;
-      *v = MDB_val{pending_offsets_[r + 1] - pending_offsets_[r],
-                   pending_.data() + pending_offsets_[r]};
-      return Status::OK();
-    });
+    uint64_t put = 0;
+    Status st = CommitBatch(
+        &env_, pending_first_, pending_count_,
+        [&](uint64_t i, MDB_val* v) {
+          const uint64_t r = i - pending_first_;
+          *v = MDB_val{pending_offsets_[r + 1] - pending_offsets_[r],
+                       pending_.data() + pending_offsets_[r]};
+          return Status::OK();
+        },
+        pack_bytes_, &put);
     pending_offsets_.pop_back();
     KILN_RETURN_IF_ERROR(st);
     KILN_RETURN_IF_ERROR(AfterCommit());
     for (uint64_t off : pending_offsets_) digest_.Add(pending_.data() + off + kChecksumOffsetV2);
     cur_.count += pending_count_;
+    if (pack_bytes_ > 0) cur_.values += put;
     pending_count_ = 0;
     pending_used_ = 0;
     pending_offsets_.clear();
@@ -377,16 +390,19 @@ class CacheWriter::Impl {
     if (noncanonical_ || Exists(ReplayMarker(path))) {
       LmdbTxn rd;
       KILN_RETURN_IF_ERROR(rd.Begin(env_, true));
+      MDB_cursor* cursor = nullptr;
+      bool stale = false;
+      uint64_t values = 0;
       Status s = WriteShardCanonically(
           path + ".canonical", InitialMapSize(), v2_ ? 0 : PerCommit(), info->first, info->count,
           [&](uint64_t i, MDB_val* v) {
-            uint8_t key[kKeySize];
-            EncodeKey(i, key);
-            MDB_val k{kKeySize, key};
-            return LmdbStatus(mdb_get(rd.get(), env_.dbi(), &k, v), path + ": record " + std::to_string(i));
+            return FindRecord(env_, rd.get(), i, pack_bytes_ > 0, &cursor, &stale, v)
+                .WithContext(path + ": record " + std::to_string(i));
           },
-          opt_.commit_bytes);
+          opt_.commit_bytes, pack_bytes_, &values);
+      if (cursor) mdb_cursor_close(cursor);
       rd.Abort();
+      if (pack_bytes_ > 0) info->values = values;
       KILN_RETURN_IF_ERROR(s);
       env_.Close();
       ::unlink((path + kLmdbLockSuffix).c_str());
@@ -446,6 +462,7 @@ class CacheWriter::Impl {
       meta->shape = image.fixed() ? image.FixedShape() : Shape{};
       meta->commit_records = 0;
       meta->commit_bytes = opt_.commit_bytes;
+      meta->pack_bytes = pack_bytes_;
     } else {
       meta->format_version = kFormatVersion;
       meta->dtype = opt_.dtype;
@@ -528,6 +545,7 @@ class CacheWriter::Impl {
   // Appending: the finished cache's manifest as it was opened.
   bool appending_ = false;
   Manifest base_;
+  uint64_t pack_bytes_ = 0;  // resolved WriterOptions::pack_bytes (version 2 only)
 };
 
 Status RemoveManifest(const std::string& dir) {

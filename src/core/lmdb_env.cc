@@ -2,6 +2,7 @@
 
 #include "core/fault_guard.h"
 #include "core/file.h"
+#include "kiln/record.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -182,16 +183,100 @@ Status LmdbEnv::SetMapSize(uint64_t bytes) {
 }
 
 Status ForEachRecord(const LmdbEnv& env, const LmdbTxn& txn,
-                     const std::function<bool(const MDB_val& key, const MDB_val& value)>& fn) {
+                     const std::function<bool(const MDB_val& key, const MDB_val& value)>& fn,
+                     uint64_t* values) {
+  return ForEachRecordIn(
+      env, txn, [&](const MDB_val& k, const MDB_val& v, const MDB_val&, bool) { return fn(k, v); },
+      values);
+}
+
+Status ForEachRecordIn(
+    const LmdbEnv& env, const LmdbTxn& txn,
+    const std::function<bool(const MDB_val& key, const MDB_val& value, const MDB_val& stored,
+                             bool first_of_stored)>& fn,
+    uint64_t* values) {
   MDB_cursor* cur = nullptr;
   KILN_RETURN_IF_ERROR(LmdbStatus(mdb_cursor_open(txn.get(), env.dbi(), &cur), env.path()));
   MDB_val k, v;
   int rc;
-  for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == MDB_SUCCESS;
-       rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))
-    if (!fn(k, v)) break;
+  uint64_t walked = 0;
+  bool go = true;
+  for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == MDB_SUCCESS && go;
+       rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    ++walked;
+    const uint8_t* value = static_cast<const uint8_t*>(v.mv_data);
+    bool whole = !IsPack(value, v.mv_size) || k.mv_size != kKeySize;
+    if (!whole) {
+      // A pack: its records one by one, if its table holds (checked
+      // before the first is given, so that a damaged one is given whole).
+      const uint64_t first = DecodeKey(static_cast<const uint8_t*>(k.mv_data));
+      const uint32_t n = PackCount(value);
+      const uint8_t* rec;
+      size_t len;
+      for (uint32_t j = 0; j < n && !whole; ++j)
+        whole = !PackEntry(value, v.mv_size, first, j, &rec, &len).ok() ||
+                first + j < first;  // keys past 2^64 - 1
+      for (uint32_t j = 0; j < n && !whole && go; ++j) {
+        (void)PackEntry(value, v.mv_size, first, j, &rec, &len);
+        uint8_t key[kKeySize];
+        EncodeKey(first + j, key);
+        const MDB_val sub_k{kKeySize, key}, sub_v{len, const_cast<uint8_t*>(rec)};
+        go = fn(sub_k, sub_v, v, j == 0);
+      }
+    }
+    if (whole) go = fn(k, v, v, true);
+    if (!go) break;
+  }
   mdb_cursor_close(cur);
+  if (values) *values = walked;
   return rc == MDB_SUCCESS || rc == MDB_NOTFOUND ? Status::OK() : LmdbStatus(rc, env.path());
+}
+
+Status FindRecord(const LmdbEnv& env, MDB_txn* txn, uint64_t key, bool packed,
+                  MDB_cursor** cursor, bool* stale, MDB_val* value) {
+  uint8_t kb[kKeySize];
+  EncodeKey(key, kb);
+  MDB_val k{kKeySize, kb}, v;
+  int rc = mdb_get(txn, env.dbi(), &k, &v);
+  uint64_t first = key;
+  if (rc == MDB_NOTFOUND && packed) {
+    // The pack before the key: the last LMDB key below it.
+    if (*cursor == nullptr) {
+      rc = mdb_cursor_open(txn, env.dbi(), cursor);
+    } else if (*stale) {
+      rc = mdb_cursor_renew(txn, *cursor);
+    } else {
+      rc = MDB_SUCCESS;
+    }
+    *stale = false;
+    if (rc != MDB_SUCCESS) return LmdbStatus(rc, env.path() + ": a cursor");
+    MDB_val at = k;
+    rc = mdb_cursor_get(*cursor, &at, &v, MDB_SET_RANGE);
+    rc = mdb_cursor_get(*cursor, &at, &v, rc == MDB_NOTFOUND ? MDB_LAST : MDB_PREV);
+    if (rc == MDB_SUCCESS) {
+      if (at.mv_size != kKeySize) return Status::NotFound("no record under key");
+      first = DecodeKey(static_cast<const uint8_t*>(at.mv_data));
+      if (first > key || !IsPack(static_cast<const uint8_t*>(v.mv_data), v.mv_size) ||
+          key - first >= PackCount(static_cast<const uint8_t*>(v.mv_data)))
+        return Status::NotFound("no record under key " + std::to_string(key));
+    }
+  }
+  if (rc == MDB_NOTFOUND) return Status::NotFound("no record under key " + std::to_string(key));
+  if (rc != MDB_SUCCESS) return LmdbStatus(rc, env.path() + ": key " + std::to_string(key));
+  // Without packs the value is not read (Locate serves read-ahead, which
+  // must not fault the value in).
+  const uint8_t* stored = static_cast<const uint8_t*>(v.mv_data);
+  if (!packed || !IsPack(stored, v.mv_size)) {
+    *value = v;
+    return Status::OK();
+  }
+  const uint8_t* rec = nullptr;
+  size_t len = 0;
+  KILN_RETURN_IF_ERROR(PackEntry(stored, v.mv_size, first, static_cast<uint32_t>(key - first),
+                                 &rec, &len)
+                           .WithContext(env.path()));
+  *value = MDB_val{len, const_cast<uint8_t*>(rec)};
+  return Status::OK();
 }
 
 Status LmdbTxn::Begin(const LmdbEnv& env, bool read_only) {

@@ -74,10 +74,34 @@ Status OpenSharedForRead(const std::string& path, unsigned max_readers,
 class LmdbTxn;
 
 // Calls fn(key, value) for each record of `env`'s database in key order,
-// inside `txn`, until fn returns false. Returns the LMDB error of a failed
-// cursor or read (MDB_NOTFOUND at the end is success).
+// inside `txn`, until fn returns false: each record of a pack (kiln/record.h)
+// on its own, under its key (the pack's key + its place in the pack); a
+// pack whose table is damaged as its stored value, under the pack's key
+// (DecodeRecordHeader names it). *values, when given, gets the number of
+// LMDB entries walked. Returns the LMDB error of a failed cursor or read
+// (MDB_NOTFOUND at the end is success).
 Status ForEachRecord(const LmdbEnv& env, const LmdbTxn& txn,
-                     const std::function<bool(const MDB_val& key, const MDB_val& value)>& fn);
+                     const std::function<bool(const MDB_val& key, const MDB_val& value)>& fn,
+                     uint64_t* values = nullptr);
+// As ForEachRecord, and fn also gets the LMDB entry the record lies in
+// (`stored`: the value itself, or its pack) and whether it is the first
+// record given from that entry.
+Status ForEachRecordIn(
+    const LmdbEnv& env, const LmdbTxn& txn,
+    const std::function<bool(const MDB_val& key, const MDB_val& value, const MDB_val& stored,
+                             bool first_of_stored)>& fn,
+    uint64_t* values = nullptr);
+
+// The stored value of the record under `key` in `txn` (read-only or not):
+// a value of its own or a record of a pack. `packed`: the shard may hold
+// packs (its ShardInfo::values), so a value is a pack or a record, and a
+// key that is not an LMDB key is looked for in the pack before it; without
+// `packed` the value is given as stored, not read, with `*cursor` (opened on first use, and
+// renewed onto `txn` first when *stale, which it then clears; the caller
+// closes it). NotFound when no record has the key, Corruption for a
+// damaged pack, LMDB's error otherwise.
+Status FindRecord(const LmdbEnv& env, MDB_txn* txn, uint64_t key, bool packed,
+                  MDB_cursor** cursor, bool* stale, MDB_val* value);
 
 // Owns an MDB_txn; aborts it on destruction unless committed.
 class LmdbTxn {

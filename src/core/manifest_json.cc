@@ -88,7 +88,8 @@ std::string ManifestToJson(const Manifest& m) {
   // a kiln that predates keyed shards refuses it instead of reading the
   // wrong records. "record_format" says how its records are laid out.
   bool keyed = false;
-  for (const ShardInfo& s : m.shards) keyed = keyed || s.linked();
+  for (const ShardInfo& s : m.shards) keyed = keyed || s.linked() || s.values != 0;
+  keyed = keyed || m.pack_bytes != 0;
   j["format_version"] = keyed ? kFormatVersionKeyed : m.format_version;
   if (keyed) j["record_format"] = m.format_version;
   j["kiln_version"] = m.kiln_version;
@@ -121,6 +122,7 @@ std::string ManifestToJson(const Manifest& m) {
                {"bytes", s.bytes}, {"digest", s.digest}};
     if (s.keyed) js["key_first"] = s.key_first;
     if (!s.label_map.empty()) js["label_map"] = s.label_map;
+    if (s.values != 0) js["values"] = s.values;
     shards.push_back(js);
   }
   j["shards"] = shards;
@@ -128,6 +130,7 @@ std::string ManifestToJson(const Manifest& m) {
     j["layout"] = {{"initial_map_size", m.initial_map_size}, {"commit_records", m.commit_records}};
   else if (m.commit_bytes > 0)
     j["layout"] = {{"initial_map_size", m.initial_map_size}, {"commit_bytes", m.commit_bytes}};
+  if (m.pack_bytes > 0 && j.contains("layout")) j["layout"]["pack_bytes"] = m.pack_bytes;
   if (m.is_part())
     j["part"] = {{"index", m.part_index}, {"of", m.part_count}, {"first", m.first_index}};
   if (!m.appends.empty()) {
@@ -206,6 +209,13 @@ Status ManifestFromJson(const std::string& text, const std::string& where, Manif
       else
         KILN_RETURN_IF_ERROR(JsonInteger(layout.at("commit_records"), where,
                                          "layout.commit_records", &m.commit_records));
+      if (layout.contains("pack_bytes")) {
+        if (!keyed || m.format_version != kFormatVersion2)
+          return Status::Corruption(where + ": layout.pack_bytes (packs of records) in a manifest "
+                                            "that is not format 3 of version 2 records");
+        KILN_RETURN_IF_ERROR(JsonInteger(layout.at("pack_bytes"), where, "layout.pack_bytes",
+                                         &m.pack_bytes, uint64_t{1}));
+      }
     }
     if (j.contains("part")) {
       const json& part = j.at("part");
@@ -239,6 +249,15 @@ Status ManifestFromJson(const std::string& text, const std::string& where, Manif
         if (si.count > UINT64_MAX - si.key_first)
           return Status::Corruption(where + ": shard " + si.file + "'s keys end past 2^64 - 1");
         si.keyed = true;
+      }
+      if (s.contains("values")) {
+        // A shard of packs: its LMDB entries (at least one a record's pack).
+        if (!keyed || m.format_version != kFormatVersion2)
+          return Status::Corruption(where + ": shard " + si.file +
+                                    " has values (packs of records) in a manifest that is not "
+                                    "format 3 of version 2 records");
+        KILN_RETURN_IF_ERROR(JsonInteger(s.at("values"), where, field + "values", &si.values,
+                                         si.count ? uint64_t{1} : uint64_t{0}, si.count));
       }
       if (s.contains("label_map")) {
         const std::string named = where + ": shard " + si.file + "'s label_map";

@@ -309,7 +309,10 @@ Status DecodeRecordHeader(uint64_t index, const uint8_t* v, size_t size, RecordH
                               " bytes is shorter than the " +
                               std::to_string(kRecordHeaderSize) + "-byte header");
   if (GetU32(v) != kRecordMagic)
-    return Status::Corruption(RecordName(index) + ": bad magic (not a kiln record)");
+    return Status::Corruption(RecordName(index) + (IsPack(v, size)
+                                                       ? ": a pack of records whose table is "
+                                                         "damaged (format.md, Packs)"
+                                                       : ": bad magic (not a kiln record)"));
   const uint16_t version = GetU16(v + 4);
   if (version != kRecordVersion)
     return Status::Corruption(RecordName(index) + ": record version " + std::to_string(version) +

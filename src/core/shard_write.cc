@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <vector>
 
 #include "core/file.h"
 #include "core/shard_digest.h"
@@ -36,19 +37,54 @@ int ShortWriteCause(const std::string& path, uint64_t bytes) {
 
 }  // namespace
 
-Status CommitBatch(LmdbEnv* env, uint64_t first, uint64_t count, const ValueOf& value_of) {
+Status CommitBatch(LmdbEnv* env, uint64_t first, uint64_t count, const ValueOf& value_of,
+                   uint64_t pack_bytes, uint64_t* values) {
+  std::vector<uint8_t> pack, staging;
+  std::vector<const uint8_t*> parts;
+  std::vector<size_t> sizes, offsets;
   for (;;) {
     LmdbTxn txn;
     KILN_RETURN_IF_ERROR(txn.Begin(*env, false));
     int rc = MDB_SUCCESS;
-    uint64_t batch_bytes = 0;
-    for (uint64_t r = 0; r < count && rc == MDB_SUCCESS; ++r) {
+    uint64_t batch_bytes = 0, put = 0;
+    for (uint64_t r = 0; r < count && rc == MDB_SUCCESS;) {
       uint8_t key[kKeySize];
       EncodeKey(first + r, key);
       MDB_val k{kKeySize, key}, v;
       KILN_RETURN_IF_ERROR(value_of(first + r, &v));
+      uint64_t n = 1;
+      if (pack_bytes > 0) {
+        // The records of this pack: value_of's values stay valid only until
+        // its next call, so each is copied as it comes.
+        staging.clear();
+        offsets.clear();
+        auto take = [&](const MDB_val& x) {
+          offsets.push_back(staging.size());
+          sizes.push_back(x.mv_size);
+          const uint8_t* p = static_cast<const uint8_t*>(x.mv_data);
+          staging.insert(staging.end(), p, p + x.mv_size);
+        };
+        sizes.clear();
+        take(v);
+        while (staging.size() < pack_bytes && r + n < count) {
+          MDB_val next;
+          KILN_RETURN_IF_ERROR(value_of(first + r + n, &next));
+          take(next);
+          ++n;
+        }
+        if (n > 1) {
+          parts.clear();
+          for (size_t o : offsets) parts.push_back(staging.data() + o);
+          EncodePack(parts.data(), sizes.data(), n, &pack);
+          v = MDB_val{pack.size(), pack.data()};
+        } else {
+          v = MDB_val{staging.size(), staging.data()};
+        }
+      }
       batch_bytes += v.mv_size;
       rc = mdb_put(txn.get(), env->dbi(), &k, &v, MDB_APPEND);
+      ++put;
+      r += n;
     }
     if (rc == MDB_SUCCESS) rc = txn.CommitRc();
     // LMDB reports a short write - the disk filling up in the middle of its
@@ -62,6 +98,7 @@ Status CommitBatch(LmdbEnv* env, uint64_t first, uint64_t count, const ValueOf& 
     if (rc == MDB_KEYEXIST)
       return Status::InvalidArgument(env->path() + ": record " + std::to_string(first) +
                                      " or later already present (keys must increase)");
+    if (rc == MDB_SUCCESS && values) *values = put;
     return LmdbStatus(rc, env->path() + ": commit");
   }
 }
@@ -76,8 +113,9 @@ Status SyncAndClose(LmdbEnv* env) {
 
 Status WriteShardCanonically(const std::string& path, uint64_t map_size, uint64_t per_commit,
                              uint64_t first, uint64_t count, const ValueOf& value_of,
-                             uint64_t commit_bytes) {
+                             uint64_t commit_bytes, uint64_t pack_bytes, uint64_t* values) {
   const std::string tmp = path + ".tmp";
+  uint64_t total = 0;
   ::unlink(tmp.c_str());
   ::unlink((tmp + kLmdbLockSuffix).c_str());
   LmdbEnv out;
@@ -92,9 +130,12 @@ Status WriteShardCanonically(const std::string& path, uint64_t map_size, uint64_
         bytes += v.mv_size;
       }
     }
-    KILN_RETURN_IF_ERROR(CommitBatch(&out, first + done, n, value_of));
+    uint64_t put = 0;
+    KILN_RETURN_IF_ERROR(CommitBatch(&out, first + done, n, value_of, pack_bytes, &put));
+    total += put;
     done += n;
   }
+  if (values) *values = total;
   KILN_RETURN_IF_ERROR(SyncAndClose(&out));
   if (::rename(tmp.c_str(), path.c_str()) != 0) return PosixError(path, errno);
   return Status::OK();

@@ -23,7 +23,12 @@ using ValueOf = std::function<Status(uint64_t index, MDB_val* value)>;
 // and the batch redone. This is the only code that writes records, for a
 // build and for a rewrite alike, so that the same records written with the
 // same batches give the same file, byte for byte (see WriteShardCanonically).
-Status CommitBatch(LmdbEnv* env, uint64_t first, uint64_t count, const ValueOf& value_of);
+// pack_bytes > 0: the batch's records go in packs (kiln/record.h), each
+// closed after the record that takes it to pack_bytes, or at the batch's
+// end; a pack of one record is stored as its value. *values, when given,
+// gets the LMDB entries put.
+Status CommitBatch(LmdbEnv* env, uint64_t first, uint64_t count, const ValueOf& value_of,
+                   uint64_t pack_bytes = 0, uint64_t* values = nullptr);
 
 // Syncs the shard held in `env`, closes it and removes its lock file.
 Status SyncAndClose(LmdbEnv* env);
@@ -38,9 +43,11 @@ Status SyncAndClose(LmdbEnv* env);
 // that takes the batch's value bytes to `commit_bytes` instead - for
 // records of one size the same batches as per_commit = ceil(commit_bytes /
 // value size).
+// pack_bytes as CommitBatch's; *values gets the LMDB entries written.
 Status WriteShardCanonically(const std::string& path, uint64_t map_size, uint64_t per_commit,
                              uint64_t first, uint64_t count, const ValueOf& value_of,
-                             uint64_t commit_bytes = 0);
+                             uint64_t commit_bytes = 0, uint64_t pack_bytes = 0,
+                             uint64_t* values = nullptr);
 
 // The digest of an existing shard.
 Status DigestOfShard(const LmdbEnv& env, std::string* digest);

@@ -222,8 +222,9 @@ class Verifier {
     checksums.reserve(std::min(structure.entries, info.count));
     uint64_t expect = info.first;
     const uint64_t end = info.first + info.count;
-    uint64_t found = 0;
-    s = ForEachRecord(env, txn, [&](const MDB_val& k, const MDB_val& v) {
+    uint64_t found = 0, values = 0;
+    s = ForEachRecordIn(env, txn, [&](const MDB_val& k, const MDB_val& v, const MDB_val& stored,
+                                      bool first_of_stored) {
       ++found;
       if (k.mv_size != kKeySize) {
         Problem(Kind::kShardFile, -1, info.file,
@@ -247,7 +248,9 @@ class Verifier {
       expect = idx + 1;
       const uint8_t* value = static_cast<const uint8_t*>(v.mv_data);
       if (full) ahead.Reached(value);
-      CheckOverflowHeader(info, path, env, structure.page_size, idx, value, v.mv_size);
+      if (first_of_stored)  // a pack's page header once, where its first record is
+        CheckOverflowHeader(info, path, env, structure.page_size, idx,
+                            static_cast<const uint8_t*>(stored.mv_data), stored.mv_size);
       const size_t before = block.size();
       CheckHeader(info, idx, value, v.mv_size, &block);
       if (block.size() > before) {
@@ -261,7 +264,7 @@ class Verifier {
         block_bytes = 0;
       }
       return true;
-    });
+    }, &values);
     settle();
     if (full) {
       CheckPayloads(info, block);
@@ -273,6 +276,10 @@ class Verifier {
       Problem(Kind::kShardMismatch, -1, info.file,
               "shard holds " + std::to_string(found) + " records, manifest says " +
                   std::to_string(info.count));
+    if (s.ok() && info.values != 0 && values != info.values)
+      Problem(Kind::kShardMismatch, -1, info.file,
+              "shard holds " + std::to_string(values) + " values (packs of records), manifest "
+              "says " + std::to_string(info.values));
     rep_->records_checked += found;
     if (full) {
       ShardDigest digest;

@@ -130,6 +130,7 @@ Status MergeOne(const std::string& out, std::vector<std::string> dirs, bool keep
   merged.image_field = parts[0].m.image_field;
   merged.label_field = parts[0].m.label_field;
   merged.commit_bytes = parts[0].m.commit_bytes;
+  merged.pack_bytes = parts[0].m.pack_bytes;
   merged.kiln_version = KilnVersion();
   merged.count = next;
   bool any_copied = false;

@@ -106,6 +106,7 @@ Status RewriteRecords(const std::string& dir, const Manifest& m, uint64_t first,
     wo.fields = m.fields;
     if (m.label_field >= 0) wo.label_field = m.fields[m.label_field].name;
     wo.commit_bytes = m.commit_bytes;
+    wo.pack_bytes = m.pack_bytes;
   }
   uint64_t bytes = 0;
   for (const ShardInfo& s : m.shards) bytes = std::max(bytes, s.bytes);

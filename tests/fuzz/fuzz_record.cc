@@ -4,7 +4,8 @@
 // must be consistent: version 1, the payload fills the value exactly and
 // matches the shape; version 2, every field's payload lies inside the value
 // where the table says, in order, and the last ends at the value's end.
-// VerifyRecordChecksum then reads exactly the value.
+// VerifyRecordChecksum then reads exactly the value. A pack of records is
+// taken apart (PackEntry) and each of its records checked so.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -14,12 +15,51 @@
 #include "kiln/cache_reader.h"
 #include "kiln/record.h"
 
+namespace {
+
+int CheckValue(uint64_t index, const std::vector<uint8_t>& value);
+
+// A pack (kiln/record.h): each record PackEntry accepts lies inside the
+// value, 16-aligned, after the one before, the last ending the value; each
+// is then checked as a value of its own.
+void CheckPack(uint64_t key, const std::vector<uint8_t>& value) {
+  const uint32_t n = kiln::PackCount(value.data());
+  uint64_t end = 0;
+  for (uint32_t j = 0; j < n && j < 4096; ++j) {
+    const uint8_t* rec = nullptr;
+    size_t len = 0;
+    const kiln::Status s = kiln::PackEntry(value.data(), value.size(), key, j, &rec, &len);
+    if (!s.ok()) {
+      KILN_FUZZ_CHECK(s.IsCorruption());
+      return;
+    }
+    const uint64_t at = static_cast<uint64_t>(rec - value.data());
+    KILN_FUZZ_CHECK(at % 16 == 0 && at >= end && at >= kiln::kPackHeaderSize + 16 * uint64_t{n});
+    KILN_FUZZ_CHECK(at + len <= value.size());
+    KILN_FUZZ_CHECK(j + 1 < n || at + len == value.size());
+    end = at + len;
+    CheckValue(key + j, std::vector<uint8_t>(rec, rec + len));
+  }
+}
+
+}  // namespace
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < kiln::kKeySize) return 0;
   const uint64_t index = kiln::DecodeKey(data);
   // The value in a buffer of its own, exactly its size, so that a read past
   // its end is one past a heap block (AddressSanitizer sees it).
   const std::vector<uint8_t> value(data + kiln::kKeySize, data + size);
+  if (kiln::IsPack(value.data(), value.size())) {
+    CheckPack(index, value);
+    return 0;
+  }
+  return CheckValue(index, value);
+}
+
+namespace {
+
+int CheckValue(uint64_t index, const std::vector<uint8_t>& value) {
   kiln::RecordHeader h;
   if (!kiln::DecodeRecordHeader(index, value.data(), value.size(), &h).ok()) return 0;
   if (h.version == kiln::kRecordVersion2) {
@@ -70,3 +110,5 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   return 0;
 }
+
+}  // namespace

@@ -39,7 +39,7 @@ bool KilledAfter(const std::vector<std::string>& args, double seconds) {
 // Builds SRC with `flags` into a reference and, killed 20 times, into
 // another folder; the two must end with the same bytes.
 void KillAndResume(const std::string& src_dir, const std::vector<std::string>& flags,
-                   uint64_t seed) {
+                   uint64_t seed, int kills = 20) {
   TempDir ref, out;
   const std::string src = src_dir;
   auto args = [&](const std::string& dir) {
@@ -57,8 +57,8 @@ void KillAndResume(const std::string& src_dir, const std::vector<std::string>& f
   std::uniform_real_distribution<double> moment(0.0, 1.0);
   int killed = 0, finished_early = 0;
   // A resumed run has less to do: one that finishes before its kill is
-  // started over (and does not count), until 20 kills have landed.
-  for (int round = 0; killed < 20 && round < 80; ++round) {
+  // started over (and does not count), until `kills` kills have landed.
+  for (int round = 0; killed < kills && round < 4 * kills; ++round) {
     if (fs::exists(out / kManifestName)) {  // a run finished: start over, kill again
       ++finished_early;
       fs::remove_all(out.path());
@@ -69,7 +69,7 @@ void KillAndResume(const std::string& src_dir, const std::vector<std::string>& f
     // Nothing half-done looks complete: a manifest means a cache that verifies.
     if (fs::exists(out / kManifestName)) CHECK(Problems(out.path()) == "");
   }
-  REQUIRE(killed == 20);
+  REQUIRE(killed == kills);
   const int status = WaitExit(StartKiln(args(out.path())));
   REQUIRE(status == 0);
   CHECK(CacheFiles(out.path()) == CacheFiles(ref.path()));
@@ -114,6 +114,16 @@ TEST_CASE("a format 2 build (whole images, masks) killed at 20 moments resumes t
                 {"--max-side", "64", "--masks", masks.path(), "--dtype", "uint8", "--threads", "1",
                  "--shard-size", "1M", "--progress", "none"},
                 20261205);
+}
+
+TEST_CASE("a --encode jpeg build (records in packs) killed at 10 moments resumes to identical bytes",
+          "[build][kill]") {
+  TempDir src;
+  MakePhotoFolder(src.path(), 40);
+  KillAndResume(src.path(),
+                {"--max-side", "64", "--encode", "jpeg", "--threads", "1", "--shard-size", "256K",
+                 "--progress", "none"},
+                20261207, 10);
 }
 
 TEST_CASE("kiln build --append killed at 20 seeded random moments resumes to identical shards",

@@ -178,13 +178,22 @@ TEST_CASE("merge names a missing, unfinished or different part", "[build][merge]
 }
 
 TEST_CASE("merge re-indexes the parts after one that rejected inputs", "[build][merge]") {
+  // Fixed-size records, and JPEG records in packs.
+  const bool encoded = GENERATE(false, true);
+  INFO((encoded ? "--max-side 48 --encode jpeg" : "--resize 32 --crop 32"));
   TempDir src, one, parts;
   // Two classes of photos, with a broken file early in the sorted order.
   MakePhotoFolder(src.path(), 3);
   WriteFile(src / "cats/0_broken.jpg", "not a jpeg at all\n");
   ingest::BuildOptions o = BuildOf(src.path(), one.path());
-  o.resize = 32;
-  o.crop = 32;
+  if (encoded) {
+    o.max_side = 48;
+    o.dtype = DType::kUint8;
+    o.encode = "jpeg";
+  } else {
+    o.resize = 32;
+    o.crop = 32;
+  }
   REQUIRE(Build(o).status.ToString() == "OK");
   o.out = parts.path();
   for (int i = 0; i < 2; ++i) REQUIRE(BuildPart(o, i, 2).status.ToString() == "OK");
@@ -196,4 +205,13 @@ TEST_CASE("merge re-indexes the parts after one that rejected inputs", "[build][
   CHECK(ReadFile(parts / "sources.tsv") == ReadFile(one / "sources.tsv"));
   CHECK(ReadFile(parts / "rejects.tsv") == ReadFile(one / "rejects.tsv"));
   CHECK(SourceProblems(parts.path(), ingest::SourceCheck::kSources) == "");
+  if (encoded) {
+    Manifest merged;
+    REQUIRE(ReadManifest(parts.path(), &merged).ok());
+    CHECK(merged.pack_bytes > 0);
+    bool packed = false;
+    for (const ShardInfo& sh : merged.shards) packed = packed || sh.packed();
+    CHECK(packed);
+    CHECK(Problems(parts.path()) == "");
+  }
 }
