@@ -56,6 +56,15 @@ Shape MakeShape(std::initializer_list<uint32_t> dims) {
   return s;
 }
 
+FieldSpec MakeFieldSpec(const std::string& name, DType dtype, std::vector<int64_t> dims) {
+  FieldSpec f;
+  f.name = name;
+  f.dtype = dtype;
+  f.ndim = static_cast<int>(dims.size());
+  for (size_t i = 0; i < dims.size(); ++i) f.dims[i] = dims[i];
+  return f;
+}
+
 void WriteTestCache(const std::string& dir, uint64_t n, DType dtype, const Shape& shape,
                     int classes, uint64_t shard_size) {
   WriterOptions o;

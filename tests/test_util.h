@@ -34,6 +34,10 @@ void WriteTestCache(const std::string& dir, uint64_t n, DType dtype, const Shape
 
 Shape MakeShape(std::initializer_list<uint32_t> dims);
 
+// A format 2 field: its name, dtype and dims (FieldSpec::kVariableDim for a
+// dim that varies; none for a scalar).
+FieldSpec MakeFieldSpec(const std::string& name, DType dtype, std::vector<int64_t> dims);
+
 // Runs a shell command, returning its exit status; stdout+stderr go to *output.
 int RunCommand(const std::string& cmd, std::string* output);
 

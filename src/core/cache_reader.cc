@@ -22,12 +22,8 @@ struct ReadTxn::Shard {
   bool active = false;
   bool begun = false;
   // For a shard of packs: finds the pack before a key (FindRecord), renewed
-  // with the snapshot.
-  MDB_cursor* cursor = nullptr;
-  bool cursor_stale = false;
-  ~Shard() {
-    if (cursor) mdb_cursor_close(cursor);
-  }
+  // with the snapshot. Declared after txn, so closed before it.
+  PackCursor cursor;
 };
 
 CacheReader::~CacheReader() = default;
@@ -151,14 +147,14 @@ Status ReadTxn::Locate(uint64_t index, const uint8_t** value, uint64_t* size) {
   } else if (!shard->active) {
     KILN_RETURN_IF_ERROR(shard->txn.Renew());
     shard->active = true;
-    shard->cursor_stale = shard->cursor != nullptr;
+    shard->cursor.MarkStale();
   }
   const ShardInfo& info = m.shards[si];
   MDB_val v;
   // Context strings are built only on failure: Locate allocates nothing
   // (a shard of packs opens its cursor once).
-  const Status found = FindRecord(env, shard->txn.get(), info.KeyOf(index), info.packed(),
-                                  &shard->cursor, &shard->cursor_stale, &v);
+  const Status found =
+      FindRecord(env, shard->txn.get(), info.KeyOf(index), info.packed(), &shard->cursor, &v);
   if (found.IsNotFound())
     return Status::Corruption(env.path() + ": record " + std::to_string(index) +
                               " missing from its shard");
@@ -260,8 +256,9 @@ Status ReadTxn::Check(uint64_t index, const uint8_t* header, size_t head_len, co
     out->fields[f] = {at(e.offset), e.bytes, e.dtype, e.shape, e.codec};
   }
   // A shard linked from a cache with other class numbers: the label field
-  // reads as the mapped label (ResolveRecord mapped h.label).
-  const int label = h.version == kRecordVersion2 ? m.label_field : 1;
+  // reads as the mapped label (ResolveRecord mapped h.label). A format 1
+  // manifest's label field is its "label" (SetFormat1Fields).
+  const int label = m.label_field;
   if (!m.shards[si].label_map.empty() && label >= 0 && h.label >= 0) {
     FieldView& f = out->fields[label];
     f.data = f.dtype == DType::kInt32

@@ -53,44 +53,42 @@ Status RewriteRecords(const std::string& dir, const std::vector<RecordFix>& fixe
     // The shard is written anew in its canonical form (the batches of a
     // fresh build) from its good records and the fixes, so that it comes
     // out byte for byte as a fresh build's.
-    LmdbEnv old_env;
-    KILN_RETURN_IF_ERROR(old_env.OpenForRead(path, 4));
-    LmdbTxn rd;
-    KILN_RETURN_IF_ERROR(rd.Begin(old_env, true));
-    MDB_cursor* cursor = nullptr;
-    bool stale = false;
+    Status st;
     uint64_t values = 0;
-    Status st = WriteShardCanonically(
-        fresh_path, m.initial_map_size, v2 ? 0 : m.commit_records, info.first, info.count,
-        [&](uint64_t i, MDB_val* v) -> Status {
-          auto f = fix.find(i);
-          if (f != fix.end() && v2) {
-            const RecordFix& r = *f->second;
-            const int n = static_cast<int>(r.fields.size());
-            value.resize(RecordV2Size(r.fields.data(), n));
-            EncodeRecordV2(i, r.fields.data(), n, value.data());
-            *v = MDB_val{value.size(), value.data()};
-            return Status::OK();
-          }
-          if (f != fix.end()) {
-            std::memcpy(value.data() + kRecordHeaderSize, f->second->payload, bytes);
-            EncodeRecordHeader(i, m.dtype, m.shape, f->second->label,
-                               value.data() + kRecordHeaderSize, value.data());
-            *v = MDB_val{value.size(), value.data()};
-            return Status::OK();
-          }
-          const Status found = FindRecord(old_env, rd.get(), i,
-                                          m.pack_bytes > 0 || info.packed(), &cursor, &stale, v);
-          if (found.IsNotFound())
-            return Status::Corruption(path + ": record " + std::to_string(i) +
-                                      " is missing and no fix was given for it");
-          return found.WithContext(path + ": record " + std::to_string(i));
-        },
-        m.commit_bytes, m.pack_bytes, &values);
-    if (cursor) mdb_cursor_close(cursor);
-    rd.Abort();
+    {  // the old shard's snapshot, cursor and map end before it is replaced
+      LmdbEnv old_env;
+      KILN_RETURN_IF_ERROR(old_env.OpenForRead(path, 4));
+      LmdbTxn rd;
+      KILN_RETURN_IF_ERROR(rd.Begin(old_env, true));
+      PackCursor cursor;
+      st = WriteShardCanonically(
+          fresh_path, m.initial_map_size, v2 ? 0 : m.commit_records, info.first, info.count,
+          [&](uint64_t i, MDB_val* v) -> Status {
+            auto f = fix.find(i);
+            if (f != fix.end() && v2) {
+              const RecordFix& r = *f->second;
+              const int n = static_cast<int>(r.fields.size());
+              value.resize(RecordV2Size(r.fields.data(), n));
+              EncodeRecordV2(i, r.fields.data(), n, value.data());
+              *v = MDB_val{value.size(), value.data()};
+              return Status::OK();
+            }
+            if (f != fix.end()) {
+              std::memcpy(value.data() + kRecordHeaderSize, f->second->payload, bytes);
+              EncodeRecordHeader(i, m.dtype, m.shape, f->second->label,
+                                 value.data() + kRecordHeaderSize, value.data());
+              *v = MDB_val{value.size(), value.data()};
+              return Status::OK();
+            }
+            const Status found = FindRecord(old_env, rd.get(), i, info.packed(), &cursor, v);
+            if (found.IsNotFound())
+              return Status::Corruption(path + ": record " + std::to_string(i) +
+                                        " is missing and no fix was given for it");
+            return found.WithContext(path + ": record " + std::to_string(i));
+          },
+          m.commit_bytes, m.pack_bytes, &values);
+    }
     if (m.pack_bytes > 0) info.values = values;
-    old_env.Close();
     KILN_RETURN_IF_ERROR(st);
     {
       LmdbEnv fresh;

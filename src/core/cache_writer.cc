@@ -388,20 +388,21 @@ class CacheWriter::Impl {
   Status FinishShardFile(ShardInfo* info) {
     const std::string path = env_.path();
     if (noncanonical_ || Exists(ReplayMarker(path))) {
-      LmdbTxn rd;
-      KILN_RETURN_IF_ERROR(rd.Begin(env_, true));
-      MDB_cursor* cursor = nullptr;
-      bool stale = false;
+      Status s;
       uint64_t values = 0;
-      Status s = WriteShardCanonically(
-          path + ".canonical", InitialMapSize(), v2_ ? 0 : PerCommit(), info->first, info->count,
-          [&](uint64_t i, MDB_val* v) {
-            return FindRecord(env_, rd.get(), i, pack_bytes_ > 0, &cursor, &stale, v)
-                .WithContext(path + ": record " + std::to_string(i));
-          },
-          opt_.commit_bytes, pack_bytes_, &values);
-      if (cursor) mdb_cursor_close(cursor);
-      rd.Abort();
+      {  // the snapshot and its cursor end before the shard is closed
+        LmdbTxn rd;
+        KILN_RETURN_IF_ERROR(rd.Begin(env_, true));
+        PackCursor cursor;
+        s = WriteShardCanonically(
+            path + ".canonical", InitialMapSize(), v2_ ? 0 : PerCommit(), info->first,
+            info->count,
+            [&](uint64_t i, MDB_val* v) {
+              return FindRecord(env_, rd.get(), i, pack_bytes_ > 0, &cursor, v)
+                  .WithContext(path + ": record " + std::to_string(i));
+            },
+            opt_.commit_bytes, pack_bytes_, &values);
+      }
       if (pack_bytes_ > 0) info->values = values;
       KILN_RETURN_IF_ERROR(s);
       env_.Close();

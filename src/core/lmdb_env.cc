@@ -232,8 +232,12 @@ Status ForEachRecordIn(
   return rc == MDB_SUCCESS || rc == MDB_NOTFOUND ? Status::OK() : LmdbStatus(rc, env.path());
 }
 
+PackCursor::~PackCursor() {
+  if (cursor_) mdb_cursor_close(cursor_);
+}
+
 Status FindRecord(const LmdbEnv& env, MDB_txn* txn, uint64_t key, bool packed,
-                  MDB_cursor** cursor, bool* stale, MDB_val* value) {
+                  PackCursor* cursor, MDB_val* value) {
   uint8_t kb[kKeySize];
   EncodeKey(key, kb);
   MDB_val k{kKeySize, kb}, v;
@@ -241,18 +245,18 @@ Status FindRecord(const LmdbEnv& env, MDB_txn* txn, uint64_t key, bool packed,
   uint64_t first = key;
   if (rc == MDB_NOTFOUND && packed) {
     // The pack before the key: the last LMDB key below it.
-    if (*cursor == nullptr) {
-      rc = mdb_cursor_open(txn, env.dbi(), cursor);
-    } else if (*stale) {
-      rc = mdb_cursor_renew(txn, *cursor);
+    if (cursor->cursor_ == nullptr) {
+      rc = mdb_cursor_open(txn, env.dbi(), &cursor->cursor_);
+    } else if (cursor->stale_) {
+      rc = mdb_cursor_renew(txn, cursor->cursor_);
     } else {
       rc = MDB_SUCCESS;
     }
-    *stale = false;
+    cursor->stale_ = false;
     if (rc != MDB_SUCCESS) return LmdbStatus(rc, env.path() + ": a cursor");
     MDB_val at = k;
-    rc = mdb_cursor_get(*cursor, &at, &v, MDB_SET_RANGE);
-    rc = mdb_cursor_get(*cursor, &at, &v, rc == MDB_NOTFOUND ? MDB_LAST : MDB_PREV);
+    rc = mdb_cursor_get(cursor->cursor_, &at, &v, MDB_SET_RANGE);
+    rc = mdb_cursor_get(cursor->cursor_, &at, &v, rc == MDB_NOTFOUND ? MDB_LAST : MDB_PREV);
     if (rc == MDB_SUCCESS) {
       if (at.mv_size != kKeySize) return Status::NotFound("no record under key");
       first = DecodeKey(static_cast<const uint8_t*>(at.mv_data));

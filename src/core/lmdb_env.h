@@ -92,16 +92,32 @@ Status ForEachRecordIn(
                              bool first_of_stored)>& fn,
     uint64_t* values = nullptr);
 
+// The cursor FindRecord finds a pack with: opened on first use, renewed
+// onto the transaction after MarkStale (its read transaction was reset
+// and renewed), closed with this object.
+class PackCursor {
+ public:
+  PackCursor() = default;
+  ~PackCursor();
+  PackCursor(const PackCursor&) = delete;
+  PackCursor& operator=(const PackCursor&) = delete;
+  void MarkStale() { stale_ = cursor_ != nullptr; }
+
+ private:
+  friend Status FindRecord(const LmdbEnv&, MDB_txn*, uint64_t, bool, PackCursor*, MDB_val*);
+  MDB_cursor* cursor_ = nullptr;
+  bool stale_ = false;
+};
+
 // The stored value of the record under `key` in `txn` (read-only or not):
 // a value of its own or a record of a pack. `packed`: the shard may hold
 // packs (its ShardInfo::values), so a value is a pack or a record, and a
-// key that is not an LMDB key is looked for in the pack before it; without
-// `packed` the value is given as stored, not read, with `*cursor` (opened on first use, and
-// renewed onto `txn` first when *stale, which it then clears; the caller
-// closes it). NotFound when no record has the key, Corruption for a
-// damaged pack, LMDB's error otherwise.
+// key that is not an LMDB key is looked for in the pack before it, with
+// `cursor`; without `packed` the value is given as stored, not read.
+// NotFound when no record has the key, Corruption for a damaged pack,
+// LMDB's error otherwise.
 Status FindRecord(const LmdbEnv& env, MDB_txn* txn, uint64_t key, bool packed,
-                  MDB_cursor** cursor, bool* stale, MDB_val* value);
+                  PackCursor* cursor, MDB_val* value);
 
 // Owns an MDB_txn; aborts it on destruction unless committed.
 class LmdbTxn {

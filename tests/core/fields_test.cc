@@ -15,18 +15,11 @@
 
 using namespace kiln;
 using kiln::testing::MakeShape;
+using kiln::testing::MakeFieldSpec;
 using kiln::testing::TempDir;
 
 namespace {
 
-FieldSpec Spec(const std::string& name, DType dtype, std::vector<int64_t> dims) {
-  FieldSpec f;
-  f.name = name;
-  f.dtype = dtype;
-  f.ndim = static_cast<int>(dims.size());
-  for (size_t i = 0; i < dims.size(); ++i) f.dims[i] = dims[i];
-  return f;
-}
 constexpr int64_t V = FieldSpec::kVariableDim;
 
 // Deterministic bytes for field f of record i.
@@ -45,9 +38,12 @@ struct Sample {
   std::vector<FieldData> fields;
 };
 std::vector<FieldSpec> Schema() {
-  return {Spec("image", DType::kUint8, {3, V, V}), Spec("mask", DType::kUint8, {V, V}),
-          Spec("boxes", DType::kFloat32, {V, 4}),  Spec("label", DType::kInt64, {}),
-          Spec("score", DType::kFloat16, {2}),     Spec("tokens", DType::kInt32, {V})};
+  return {MakeFieldSpec("image", DType::kUint8, {3, V, V}),
+          MakeFieldSpec("mask", DType::kUint8, {V, V}),
+          MakeFieldSpec("boxes", DType::kFloat32, {V, 4}),
+          MakeFieldSpec("label", DType::kInt64, {}),
+          MakeFieldSpec("score", DType::kFloat16, {2}),
+          MakeFieldSpec("tokens", DType::kInt32, {V})};
 }
 Sample MakeSample(uint64_t i) {
   Sample s;
@@ -249,8 +245,9 @@ TEST_CASE(
   TempDir dir;
   const uint64_t n = 24;
   WriterOptions o;
-  o.fields = {Spec("label", DType::kInt32, {}), Spec("image", DType::kFloat16, {1, 4, 6}),
-              Spec("extra", DType::kUint8, {3})};
+  o.fields = {MakeFieldSpec("label", DType::kInt32, {}),
+              MakeFieldSpec("image", DType::kFloat16, {1, 4, 6}),
+              MakeFieldSpec("extra", DType::kUint8, {3})};
   o.label_field = "label";
   o.initial_map_size = 1 << 20;
   {
@@ -424,15 +421,18 @@ TEST_CASE("a format 2 manifest round-trips its fields, and a bad declaration is 
   REQUIRE(ManifestFromJson(ManifestToJson(m), "x", &again).ok());
   CHECK(ManifestToJson(again) == ManifestToJson(m));
   int image = 0, label = 0;
-  CHECK_THAT(CheckFieldSpecs({Spec("a", DType::kUint8, {2}), Spec("a", DType::kUint8, {2})}, "",
-                             "w", &image, &label)
+  CHECK_THAT(CheckFieldSpecs(
+                 {MakeFieldSpec("a", DType::kUint8, {2}), MakeFieldSpec("a", DType::kUint8, {2})},
+                 "", "w", &image, &label)
                  .message(),
              Catch::Contains("'a' is empty or given twice"));
   CHECK_THAT(
-      CheckFieldSpecs({Spec("label", DType::kFloat32, {})}, "label", "w", &image, &label).message(),
+      CheckFieldSpecs({MakeFieldSpec("label", DType::kFloat32, {})}, "label", "w", &image, &label)
+          .message(),
       Catch::Contains("must be an int64 or int32 scalar"));
-  CHECK_THAT(CheckFieldSpecs({Spec("x", DType::kUint8, {2})}, "y", "w", &image, &label).message(),
-             Catch::Contains("'y' is not one of the fields"));
+  CHECK_THAT(
+      CheckFieldSpecs({MakeFieldSpec("x", DType::kUint8, {2})}, "y", "w", &image, &label).message(),
+      Catch::Contains("'y' is not one of the fields"));
   // A format 1 manifest reads as the fields image and label.
   TempDir v1;
   kiln::testing::WriteTestCache(v1.path(), 4, DType::kUint8, MakeShape({3, 2, 2}));

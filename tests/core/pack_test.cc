@@ -47,14 +47,9 @@ Sample SampleOf(uint64_t i) {
 
 WriterOptions PackedOptions() {
   WriterOptions o;
-  FieldSpec label, image;
-  label.name = "label";
-  label.dtype = DType::kInt64;
-  image.name = "image";
-  image.dtype = DType::kUint8;
-  image.ndim = 3;
-  image.dims = {1, FieldSpec::kVariableDim, FieldSpec::kVariableDim, 0};
-  o.fields = {image, label};
+  constexpr int64_t V = FieldSpec::kVariableDim;
+  o.fields = {MakeFieldSpec("image", DType::kUint8, {1, V, V}),
+              MakeFieldSpec("label", DType::kInt64, {})};
   o.label_field = "label";
   o.pack_bytes = 3000;     // several records a pack
   o.commit_bytes = 10000;  // several packs a commit
@@ -107,7 +102,8 @@ TEST_CASE("a pack holds its records at 16-byte offsets, and a damaged table is n
     size_t len = 0;
     REQUIRE(PackEntry(pack.data(), pack.size(), 100, j, &rec, &len).ok());
     CHECK((rec - pack.data()) % 16 == 0);
-    CHECK(std::vector<uint8_t>(rec, rec + len) == std::vector<uint8_t>(parts[j], parts[j] + sizes[j]));
+    CHECK(std::vector<uint8_t>(rec, rec + len) ==
+          std::vector<uint8_t>(parts[j], parts[j] + sizes[j]));
   }
   const uint8_t* rec = nullptr;
   size_t len = 0;
@@ -123,13 +119,13 @@ TEST_CASE("a pack holds its records at 16-byte offsets, and a damaged table is n
     return worst;
   };
   for (const auto& [at, v, width] : std::vector<std::tuple<size_t, uint64_t, size_t>>{
-           {4, 0, 4},              // no records
-           {4, 1u << 30, 4},       // more than fit
-           {16, 8, 8},             // the first record inside the table
-           {16, 80, 8},            // the first after a gap
-           {32, 65, 8},            // the second misaligned
-           {24, 1u << 20, 8},      // the first's length past the end
-           {56, 99, 8}}) {         // the last not ending the value
+           {4, 0, 4},          // no records
+           {4, 1u << 30, 4},   // more than fit
+           {16, 8, 8},         // the first record inside the table
+           {16, 80, 8},        // the first after a gap
+           {32, 65, 8},        // the second misaligned
+           {24, 1u << 20, 8},  // the first's length past the end
+           {56, 99, 8}}) {     // the last not ending the value
     INFO("byte " << at);
     const Status s = damaged(at, v, width);
     CHECK(s.IsCorruption());
@@ -137,8 +133,9 @@ TEST_CASE("a pack holds its records at 16-byte offsets, and a damaged table is n
   }
 }
 
-TEST_CASE("a cache of packed records reads, verifies, resumes and is rewritten as one written whole",
-          "[pack][cache]") {
+TEST_CASE(
+    "a cache of packed records reads, verifies, resumes and is rewritten as one written whole",
+    "[pack][cache]") {
   TempDir whole, resumed;
   {
     std::unique_ptr<CacheWriter> w;
@@ -229,7 +226,8 @@ TEST_CASE("a cache of packed records reads, verifies, resumes and is rewritten a
   const size_t magic = bytes.find("KLNP");
   REQUIRE(magic != std::string::npos);
   FlipByte(shard0, magic + 5);  // the count's second byte: 256 more records
-  CHECK_THAT(VerifyText(resumed.path()), Catch::Contains("a pack of records whose table is damaged"));
+  CHECK_THAT(VerifyText(resumed.path()),
+             Catch::Contains("a pack of records whose table is damaged"));
   std::unique_ptr<CacheReader> r;
   REQUIRE(CacheReader::Open(resumed.path(), ReaderOptions(), &r).ok());
   RecordView v;

@@ -365,16 +365,8 @@ TEST_CASE("merge --from maps an int32 label field, read through the map and with
   // of the second in another order.
   auto write = [](const std::string& dir, const std::vector<std::string>& classes, int seed) {
     WriterOptions o;
-    FieldSpec label, image;
-    label.name = "label";
-    label.dtype = DType::kInt32;
-    image.name = "image";
-    image.dtype = DType::kUint8;
-    image.ndim = 3;
-    image.dims[0] = 1;
-    image.dims[1] = 4;
-    image.dims[2] = 4;
-    o.fields = {label, image};
+    o.fields = {MakeFieldSpec("label", DType::kInt32, {}),
+                MakeFieldSpec("image", DType::kUint8, {1, 4, 4})};
     o.label_field = "label";
     o.initial_map_size = 1 << 20;
     std::unique_ptr<CacheWriter> w;
