@@ -82,13 +82,14 @@ Status FingerprintCache(const CacheReader& reader, int threads, std::vector<Reco
   constexpr uint64_t kBlockBytes = uint64_t{32} << 20;
   auto work = [&] {
     SequentialReadAhead ahead;
+    MappedFileEnds ends(reader);
     std::unique_ptr<ReadTxn> locate = reader.BeginRead();
     uint64_t lo = from, bytes = 0;
     for (uint64_t i = from; i < n && !failed; ++i) {
       const uint8_t* value = nullptr;
       uint64_t size = 0;
       if (locate->Locate(i, &value, &size).ok()) {
-        ahead.Reached(value);
+        ahead.Reached(value, ends.Of(value));
         bytes += size;
       }
       if (bytes >= kBlockBytes || i + 1 == n) {

@@ -21,13 +21,17 @@ constexpr uint64_t kPage = 4096;
 // of 128 KiB with requests of 512 KiB or more).
 constexpr uint64_t kWillNeedPiece = 512 << 10;
 
+// SequentialReadAhead's unit: a piece is asked of the disk or mapped whole,
+// and a stop or a jump waits for one piece only.
+constexpr uint64_t kMapPiece = uint64_t{2} << 20;
+
 uint64_t PageFloor(uintptr_t p) { return p / kPage * kPage; }
 
 class KernelAdvisor final : public PageAdvisor {
  public:
   bool Resident(const uint8_t* p, uint64_t n) override {
     // In pieces of a fixed size: nothing is allocated per call.
-    constexpr uint64_t kPieces = 64;
+    constexpr uint64_t kPieces = 512;  // 2 MiB of pages a call
     unsigned char vec[kPieces];
     uintptr_t at = PageFloor(reinterpret_cast<uintptr_t>(p));
     const uintptr_t end = reinterpret_cast<uintptr_t>(p) + n;
@@ -49,6 +53,20 @@ class KernelAdvisor final : public PageAdvisor {
       (void)madvise(reinterpret_cast<void*>(at), piece, MADV_WILLNEED);
       at += piece;
     }
+  }
+  bool Populate(const uint8_t* p, uint64_t n) override {
+#ifdef MADV_POPULATE_READ
+    const uintptr_t at = PageFloor(reinterpret_cast<uintptr_t>(p));
+    const uintptr_t len = reinterpret_cast<uintptr_t>(p) + n - at;
+    if (madvise(reinterpret_cast<void*>(at), len, MADV_POPULATE_READ) == 0) return true;
+    // EINVAL: a kernel before 5.14. EFAULT (past the file's end), ENOMEM
+    // (not mapped) and the rest: nothing more to read here.
+    return errno != EINVAL;
+#else
+    (void)p;
+    (void)n;
+    return false;
+#endif
   }
 };
 
@@ -127,12 +145,98 @@ void SetPageAdvisorFactoryForTesting(std::function<std::unique_ptr<PageAdvisor>(
 SequentialReadAhead::SequentialReadAhead(uint64_t window)
     : advisor_(MakePageAdvisor()), window_(window) {}
 
-void SequentialReadAhead::Reached(const uint8_t* p) {
-  if (p < begin_ || p > end_) begin_ = end_ = p;  // a new file, or a jump
+SequentialReadAhead::~SequentialReadAhead() {
+  if (!worker_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_one();
+  worker_.join();
+}
+
+void SequentialReadAhead::Reached(const uint8_t* p, const uint8_t* end) {
+  const bool jump = end != file_end_ || p < begin_ || p > end_;  // another file, or a jump
+  if (jump) {
+    begin_ = end_ = p;
+    file_end_ = end;
+  } else {
+    reached_.store(p, std::memory_order_relaxed);
+  }
   if (end_ - p >= static_cast<std::ptrdiff_t>(window_ / 2)) return;
-  const uint8_t* until = p + window_;
-  advisor_->WillNeed(end_, static_cast<uint64_t>(until - end_));
+  const bool bounded = end != nullptr && p < end;
+  const uint8_t* until = bounded ? std::min(p + window_, end) : p + window_;
+  if (until <= end_) return;  // the file's end is asked for already
+  Ask(end_, until, jump, bounded);
   end_ = until;
+}
+
+void SequentialReadAhead::Ask(const uint8_t* from, const uint8_t* until, bool jump, bool populate) {
+  // Asked of the disk here, at once: from a thread of its own a cold pass
+  // ran slower (measured: bench/verify_bench.sh). Bytes in memory are not
+  // asked (the kernel would look up every page of them again).
+  if (!populate) {
+    advisor_->WillNeed(from, static_cast<uint64_t>(until - from));
+    return;
+  }
+  for (const uint8_t* at = from; at < until; at += kMapPiece) {
+    const uint64_t n = std::min<uint64_t>(kMapPiece, static_cast<uint64_t>(until - at));
+    if (!advisor_->Resident(at, n)) advisor_->WillNeed(at, n);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!kernel_populates_) return;
+    // Contiguous with what is still to map: the range grows; after a jump
+    // (or once all was mapped) it starts again where the pass is.
+    if (jump || at_ >= until_) at_ = from;
+    until_ = until;
+    if (jump) reached_.store(from, std::memory_order_relaxed);
+  }
+  if (!worker_.joinable()) {
+    worker_advisor_ = MakePageAdvisor();
+    worker_ = std::thread([this] { Work(); });
+  }
+  cv_.notify_one();
+}
+
+void SequentialReadAhead::Work() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [this] { return stop_ || at_ < until_; });
+    if (stop_) return;
+    // Behind the pass: the bytes it has passed are mapped already.
+    const uint8_t* pass = reached_.load(std::memory_order_relaxed);
+    if (at_ < pass) at_ = std::min(pass, until_);
+    if (at_ >= until_) continue;
+    const uint8_t* from = at_;
+    const uint64_t n = std::min<uint64_t>(kMapPiece, static_cast<uint64_t>(until_ - at_));
+    at_ += n;
+    lock.unlock();
+    // Only a piece in memory: populating a cold one would read it a page
+    // per fault, as LMDB's maps are MADV_RANDOM (MDB_NORDAHEAD), which
+    // turns the kernel's read-around off; the WillNeed above reads it.
+    bool supported = true;
+    if (worker_advisor_->Resident(from, n)) supported = worker_advisor_->Populate(from, n);
+    lock.lock();
+    if (!supported) {
+      kernel_populates_ = false;
+      at_ = until_;
+    }
+  }
+}
+
+const uint8_t* MappedFileEnds::Of(const uint8_t* p) {
+  if (p >= begin_ && p < end_) return end_;
+  begin_ = end_ = nullptr;
+  for (size_t i = 0; i < reader_.manifest().shards.size(); ++i) {
+    const CacheReader::Mapping m = reader_.mapping(static_cast<int>(i));
+    if (m.base != nullptr && p >= m.base && p < m.base + m.file_bytes) {
+      begin_ = m.base;
+      end_ = m.base + m.file_bytes;
+      break;
+    }
+  }
+  return end_;
 }
 
 uint64_t CgroupMemoryLimit() { return CgroupLimitOf(); }

@@ -7,9 +7,13 @@
 #ifndef KILN_SRC_CORE_PAGE_CACHE_H_
 #define KILN_SRC_CORE_PAGE_CACHE_H_
 
+#include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <thread>
 
 #include "kiln/cache_reader.h"
 #include "kiln/status.h"
@@ -27,24 +31,83 @@ class PageAdvisor {
   // without waiting for them (madvise(MADV_WILLNEED), in pieces no larger
   // than the kernel reads ahead in one request).
   virtual void WillNeed(const uint8_t* p, uint64_t n) = 0;
+  // Maps the pages of [p, p+n) into this process, reading those not in the
+  // page cache and waiting for them (madvise(MADV_POPULATE_READ), Linux
+  // 5.14), without a fault per page. On a MADV_RANDOM map (LMDB's) a page
+  // not in memory is read a page at a time. False where the kernel has no
+  // such advice; bytes past the file's end are no error.
+  virtual bool Populate(const uint8_t* p, uint64_t n) {
+    (void)p;
+    (void)n;
+    return false;
+  }
 };
 
 // For a pass that reads a mapped file from start to end (kiln verify, the
-// duplicate scan): keeps the next `window` bytes past the place the pass
-// has reached requested from the disk, so that a cold shard is read at
-// the disk's sequential speed rather than a page per fault. Works on any
-// mapping (a shared LMDB map's advice is left alone). One per pass.
+// duplicate scan, the merge's copy): keeps the next `window` bytes past the
+// place the pass has reached asked of the disk (PageAdvisor::WillNeed), so
+// that a cold shard is read at the disk's sequential speed rather than a
+// page per fault. A thread of its own then maps the asked bytes that are
+// in memory into this process, a piece at a time, starting at the pass
+// where it has fallen behind (PageAdvisor::Populate), so that the pass,
+// and the threads it hands the bytes to, take no fault per page (a warm
+// `kiln verify`: bench/verify_bench.sh). Works on any mapping (a shared LMDB
+// map's advice is left alone); the mapping must outlive the object (the
+// destructor waits for the piece in progress). One per pass; Reached is
+// called from one thread.
+//
+// `end` is where the mapped file's bytes end: nothing at or past it is
+// asked for or mapped (past it may lie another mapping). Where the caller
+// cannot say (nullptr), only WillNeed is asked, as advice is harmless
+// anywhere.
 class SequentialReadAhead {
  public:
   explicit SequentialReadAhead(uint64_t window = uint64_t{64} << 20);
-  // The pass has reached `p`; asks for more when less than half the window
-  // is left ahead of it. A jump backwards starts over from `p`.
-  void Reached(const uint8_t* p);
+  ~SequentialReadAhead();
+  SequentialReadAhead(const SequentialReadAhead&) = delete;
+  SequentialReadAhead& operator=(const SequentialReadAhead&) = delete;
+  // The pass has reached `p`, in a mapped file that ends at `end`; asks for
+  // more when less than half the window is left ahead of it. A jump (to
+  // another file, or backwards) starts over from `p`.
+  void Reached(const uint8_t* p, const uint8_t* end);
 
  private:
-  std::unique_ptr<PageAdvisor> advisor_;
+  void Ask(const uint8_t* from, const uint8_t* until, bool jump, bool populate);
+  void Work();
+
+  std::unique_ptr<PageAdvisor> advisor_;         // the caller's thread's
+  std::unique_ptr<PageAdvisor> worker_advisor_;  // the worker's
   uint64_t window_;
   const uint8_t* begin_ = nullptr;  // [begin_, end_) has been asked for
+  const uint8_t* end_ = nullptr;
+  const uint8_t* file_end_ = nullptr;  // the `end` of the last Reached
+  // Shared with the worker, under mu_: [at_, until_) is still to map;
+  // kernel_populates_ turns false where Populate cannot. reached_ (atomic:
+  // stored at every Reached) is where the pass is, in the same file as at_
+  // once Ask has switched files.
+  std::mutex mu_;
+  std::condition_variable cv_;
+  const uint8_t* at_ = nullptr;
+  const uint8_t* until_ = nullptr;
+  bool kernel_populates_ = true;
+  std::atomic<const uint8_t*> reached_{nullptr};
+  bool stop_ = false;
+  std::thread worker_;
+};
+
+// Where the shard file of `reader` whose mapping holds a pointer ends (for
+// SequentialReadAhead::Reached): the shards are looked up again only when
+// a pointer leaves the file found last.
+class MappedFileEnds {
+ public:
+  explicit MappedFileEnds(const CacheReader& reader) : reader_(reader) {}
+  // nullptr where no mapping of the reader's holds p (a copy, a map kiln
+  // could not find).
+  const uint8_t* Of(const uint8_t* p);
+
+ private:
+  const CacheReader& reader_;
+  const uint8_t* begin_ = nullptr;
   const uint8_t* end_ = nullptr;
 };
 

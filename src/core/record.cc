@@ -1,6 +1,13 @@
 #include "kiln/record.h"
 
 #include <xxhash.h>
+// Debian's libxxhash also exports XXH3 functions that pick SSE2, AVX2 or
+// AVX-512 at run time (*_dispatch); this header renames the calls below to
+// them. XXH3 is defined by its scalar code: every path gives the same hash.
+// Plain XXH3 runs SSE2 only, and the checksum is most of verify's work.
+#if defined(__x86_64__) && __has_include(<xxh_x86dispatch.h>)
+#include <xxh_x86dispatch.h>
+#endif
 
 #include <cstring>
 

@@ -118,11 +118,12 @@ Status RewriteRecords(const std::string& dir, const Manifest& m, uint64_t first,
   // disk ahead of the copy, so a cold cache is read sequentially (only the
   // first record is read a page per fault).
   SequentialReadAhead ahead;
+  MappedFileEnds ends(*reader);
   for (uint64_t i = 0; i < m.count; ++i) {
     const uint64_t index = m.first_index + i;
     RecordView v;
     KILN_RETURN_IF_ERROR(txn->Get(index, &v, /*verify_checksum=*/true));
-    ahead.Reached(v.data);
+    ahead.Reached(v.data, ends.Of(v.data));
     if (v2) {
       FieldData fields[kMaxFields];
       for (int f = 0; f < v.num_fields; ++f)

@@ -199,12 +199,33 @@ TEST_CASE("verify full finds NaN and Inf in float payloads", "[cache]") {
     REQUIRE(CacheWriter::Open(o, dir.path(), &w).ok());
     for (uint64_t i = 0; i < 4; ++i) {
       std::vector<uint8_t> p(600 * DTypeSize(dtype), 0);
+      const bool half = dtype == DType::kFloat16;
+      if (i == 1) {  // every element the largest finite value, either sign: clean
+        for (size_t e = 0; e < 600; ++e) {
+          if (half) {
+            p[e * 2] = 0xFF;
+            p[e * 2 + 1] = e % 2 ? 0xFB : 0x7B;
+          } else {
+            p[e * 4] = p[e * 4 + 1] = 0xFF;
+            p[e * 4 + 2] = 0x7F;
+            p[e * 4 + 3] = e % 2 ? 0xFF : 0x7F;
+          }
+        }
+      }
       if (i == 2) {  // element 513 is +Inf / NaN
-        if (dtype == DType::kFloat16) {
+        if (half) {
           p[513 * 2 + 1] = 0x7C;
         } else {
           p[513 * 4 + 3] = 0x7F;
           p[513 * 4 + 2] = 0xC0;
+        }
+      }
+      if (i == 3) {  // the last element is -Inf
+        if (half) {
+          p[599 * 2 + 1] = 0xFC;
+        } else {
+          p[599 * 4 + 3] = 0xFF;
+          p[599 * 4 + 2] = 0x80;
         }
       }
       REQUIRE(w->Append(i, 0, p.data()).ok());
@@ -213,9 +234,11 @@ TEST_CASE("verify full finds NaN and Inf in float payloads", "[cache]") {
     REQUIRE(w->Finish(&m).ok());
     VerifyReport r;
     REQUIRE(VerifyCache(dir.path(), VerifyOptions(), &r).ok());
-    REQUIRE(r.problems.size() == 1);
+    REQUIRE(r.problems.size() == 2);
     CHECK(r.problems[0].index == 2);
+    CHECK(r.problems[1].index == 3);
     CHECK_THAT(r.problems[0].what, Catch::Contains("NaN or Inf"));
+    CHECK_THAT(r.problems[1].what, Catch::Contains("NaN or Inf"));
   }
 }
 
