@@ -82,11 +82,6 @@ KILN_INLINE_ALWAYS bool AnyAllOnes(const uint8_t* p, uint64_t n) {
   return false;
 }
 
-template <typename T, T kMask>
-bool AnyAllOnesPlain(const uint8_t* p, uint64_t n) {
-  return AnyAllOnes<T, kMask>(p, n);
-}
-
 #if KILN_AVX2_DISPATCH
 template <typename T, T kMask>
 __attribute__((target("avx2"))) bool AnyAllOnesAvx2(const uint8_t* p, uint64_t n) {
@@ -100,7 +95,7 @@ bool AnyAllOnesBest(const uint8_t* p, uint64_t n) {
   static const bool avx2 = __builtin_cpu_supports("avx2");
   if (avx2) return AnyAllOnesAvx2<T, kMask>(p, n);
 #endif
-  return AnyAllOnesPlain<T, kMask>(p, n);
+  return AnyAllOnes<T, kMask>(p, n);
 }
 
 bool HasNonFinite(DType dtype, const uint8_t* p, uint64_t bytes) {

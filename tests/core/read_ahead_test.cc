@@ -15,6 +15,7 @@
 #include <thread>
 #include <utility>
 
+#include "advisor_scope.h"
 #include "core/fault_guard.h"
 #include "core/page_cache.h"
 #include "kiln/cache_reader.h"
@@ -74,13 +75,7 @@ class CountingAdvisor final : public PageAdvisor {
 };
 
 // Installs the counting advisor for the loaders made while it lives.
-class CountingScope {
- public:
-  explicit CountingScope(Requests* r) {
-    SetPageAdvisorFactoryForTesting([r] { return std::make_unique<CountingAdvisor>(r); });
-  }
-  ~CountingScope() { SetPageAdvisorFactoryForTesting(nullptr); }
-};
+using CountingScope = AdvisorScope<CountingAdvisor, Requests>;
 
 // One epoch's samples in order; `released` (if given) counts each batch
 // before its slot goes back, after `pause` (a slow consumer, which lets
@@ -220,7 +215,7 @@ TEST_CASE("eviction without root empties the page cache, and only a cold epoch i
   std::unique_ptr<CacheReader> reader;
   REQUIRE(CacheReader::Open(dir.path(), ReaderOptions(), &reader).ok());
   std::atomic<uint64_t> asked{0};
-  SetPageAdvisorFactoryForTesting([&] { return std::make_unique<KernelCounting>(&asked); });
+  AdvisorScope<KernelCounting, std::atomic<uint64_t>> counting(&asked);
   LoaderOptions o;
   o.batch_size = 16;
   o.readahead_bytes = 1 << 20;
@@ -244,7 +239,6 @@ TEST_CASE("eviction without root empties the page cache, and only a cold epoch i
   CHECK(cold == warm);
   REQUIRE(ResidentFraction(*reader, &resident).ok());
   CHECK(resident > 0.9);
-  SetPageAdvisorFactoryForTesting(nullptr);
 }
 
 TEST_CASE("batches with read-ahead equal batches without, byte for byte", "[loader]") {

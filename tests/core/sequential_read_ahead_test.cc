@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "advisor_scope.h"
 #include "core/page_cache.h"
 #include "test_util.h"
 
@@ -61,13 +62,7 @@ class FakeAdvisor final : public PageAdvisor {
   Seen* s_;
 };
 
-class FakeScope {
- public:
-  explicit FakeScope(Seen* s) {
-    SetPageAdvisorFactoryForTesting([s] { return std::make_unique<FakeAdvisor>(s); });
-  }
-  ~FakeScope() { SetPageAdvisorFactoryForTesting(nullptr); }
-};
+using FakeScope = AdvisorScope<FakeAdvisor, Seen>;
 
 constexpr uint64_t kMiB = uint64_t{1} << 20;
 
