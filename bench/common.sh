@@ -2,7 +2,8 @@
 #   KILN_BENCH_TMP     default /tmp/kiln-bench
 #   KILN               default <repo>/build/kiln
 # Everything the scripts run lives in bench/: the corpus generator (make_corpus.sh,
-# make_corpus.py), the Python peers (peers/) and the decode floor probe (limits/).
+# make_corpus.py), the Python peers (peers/), the decode floor probe (limits/) and the
+# run timer (timed.py).
 # here: the folder of the script that sources this; bench: this file's own.
 bench=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 here=$(cd "$(dirname "${BASH_SOURCE[1]:-${BASH_SOURCE[0]}}")" && pwd)
