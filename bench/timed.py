@@ -17,8 +17,10 @@ import time
 
 
 def ticks():
+    # user nice system idle iowait irq softirq steal; guest and guest_nice
+    # (the fields after) are counted in user and nice already.
     with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:]]
+        v = [int(x) for x in f.readline().split()[1:9]]
     return sum(v) - v[3] - v[4], sum(v)
 
 

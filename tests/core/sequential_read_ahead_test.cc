@@ -97,18 +97,24 @@ const Range* FirstMappedIn(const std::vector<Range>& populated, const uint8_t* l
   return nullptr;
 }
 
-// Waits (at most 10 s) until the worker has mapped something that starts
-// in [lo, hi). Nothing is cleared before: the worker may have mapped all
-// it was given before the test looks.
-bool WaitForPopulate(Seen* s, const uint8_t* lo, const uint8_t* hi) {
+// Waits (at most 10 s) until done(*s) holds, asked under s->mu.
+template <typename Done>
+bool WaitUntil(Seen* s, Done done) {
   for (int i = 0; i < 1000; ++i) {
     {
       std::lock_guard<std::mutex> lock(s->mu);
-      if (FirstMappedIn(s->populated, lo, hi) != nullptr) return true;
+      if (done(*s)) return true;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return false;
+}
+
+// Waits until the worker has mapped something that starts in [lo, hi).
+// Nothing is cleared before: the worker may have mapped all it was given
+// before the test looks.
+bool WaitForPopulate(Seen* s, const uint8_t* lo, const uint8_t* hi) {
+  return WaitUntil(s, [&](const Seen& t) { return FirstMappedIn(t.populated, lo, hi) != nullptr; });
 }
 
 }  // namespace
@@ -190,13 +196,7 @@ TEST_CASE(
     {
       SequentialReadAhead ahead(4 * kMiB);
       ahead.Reached(begin, end);
-      for (int i = 0; i < 1000; ++i) {
-        {
-          std::lock_guard<std::mutex> lock(seen.mu);
-          if (seen.populate_calls > 0) break;
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      }
+      (void)WaitUntil(&seen, [](const Seen& t) { return t.populate_calls > 0; });
       for (const uint8_t* p = begin; p < end; p += 128 * 1024) ahead.Reached(p, end);
     }
     CHECK(seen.populate_calls == 1);
